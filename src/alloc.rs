@@ -1,0 +1,430 @@
+//! The allocation paths of spec §2 and the size/errno rules of §4, in header mode (guards) and
+//! without headers. Each function runs inside an entered call (`entry::Entered`).
+
+use crate::config::{FILL_ALLOC_BYTE, FILL_FREE_BYTE, MIN_ALIGN, bits};
+use crate::entry::Entered;
+use crate::free_track::{self, FREE_QUEUE};
+use crate::guard;
+use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG, Header};
+use crate::platform::{errno, set_errno};
+use crate::state::State;
+use crate::tracking;
+use crate::verify;
+use core::ffi::c_void;
+use core::ptr::null_mut;
+
+/// Bit 31 of a tracked size is the zygote-child flag, so no request may exceed it (spec §4).
+pub const MAX_SIZE: usize = 0x7fff_ffff;
+
+fn fail_nomem() -> *mut c_void {
+    set_errno(libc::ENOMEM);
+    null_mut()
+}
+
+fn tracking_on(state: &State) -> bool {
+    state.has(bits::TRACK_ALLOCS)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Header mode helpers
+
+/// Sets up the header at `header_at` for a block whose native start is `orig` (spec §2.3).
+/// Returns the user pointer, or None (block already given back) if the allocator reports no
+/// usable size.
+fn init_header(state: &State, orig: usize, header_at: usize, size: usize) -> Option<usize> {
+    let layout = &state.layout;
+    // SAFETY: `orig` was just returned by the native allocator.
+    let native_usable = unsafe { (state.dispatch.malloc_usable_size)(orig as *const c_void) };
+    if native_usable == 0 {
+        // SAFETY: giving back the block we were handed.
+        unsafe { (state.dispatch.free)(orig as *mut c_void) };
+        return None;
+    }
+    let pointer = header_at + layout.pointer_offset;
+    let mut usable = native_usable - (layout.pointer_offset + (header_at - orig));
+    if layout.front_guard_bytes > 0 {
+        guard::write_front(pointer, layout.front_guard_bytes);
+    }
+    if layout.rear_guard_bytes > 0 {
+        guard::write_rear(pointer, size, layout.rear_guard_bytes);
+        usable = size;
+    }
+    let header = Header {
+        tag: DEBUG_TAG,
+        orig_pointer: orig,
+        size,
+        usable_size: usable,
+    };
+    // SAFETY: the header area [header_at, header_at + size_of::<Header>()) is inside the block.
+    unsafe { core::ptr::write_unaligned(header_at as *mut Header, header) };
+    Some(pointer)
+}
+
+fn header(state: &State, pointer: usize) -> Header {
+    // SAFETY: callers pass verified (or just created) header-mode pointers.
+    unsafe { core::ptr::read_unaligned(state.layout.header_of(pointer)) }
+}
+
+fn header_mut(state: &State, pointer: usize) -> *mut Header {
+    state.layout.header_of(pointer)
+}
+
+/// Usable bytes behind a user pointer: the header's record, or the native allocator's.
+fn usable_size(state: &State, pointer: usize) -> usize {
+    if state.layout.header {
+        header(state, pointer).usable_size
+    } else {
+        // SAFETY: a live native allocation.
+        unsafe { (state.dispatch.malloc_usable_size)(pointer as *const c_void) }
+    }
+}
+
+fn fill(pointer: usize, byte: u8, from: usize, to: usize) {
+    if to > from {
+        // SAFETY: callers bound `to` by the block's usable size.
+        unsafe { core::ptr::write_bytes((pointer + from) as *mut u8, byte, to - from) };
+    }
+}
+
+/// Fills `[from, min(usable, limit))` of a fresh block with 0xeb (spec §6).
+fn fill_on_alloc(state: &State, pointer: usize, from: usize) {
+    if state.has(bits::FILL_ON_ALLOC) {
+        let to = usable_size(state, pointer).min(state.config.fill_on_alloc_bytes);
+        fill(pointer, FILL_ALLOC_BYTE, from, to);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// malloc / calloc / memalign
+
+/// The internal malloc shared by malloc and realloc (spec §2.4 step 2).
+fn internal_malloc(state: &State, size: usize) -> *mut c_void {
+    crate::deferred::on_internal_malloc_or_free(state);
+    let size = size.max(1);
+    let Some(real) = size.checked_add(state.layout.extra_bytes) else {
+        return fail_nomem();
+    };
+    if size > MAX_SIZE {
+        return fail_nomem();
+    }
+    let d = state.dispatch;
+    let pointer = if state.layout.header {
+        // SAFETY: native allocation.
+        let orig = unsafe { (d.memalign)(MIN_ALIGN, real) } as usize;
+        if orig == 0 {
+            return null_mut();
+        }
+        match init_header(state, orig, orig, size) {
+            Some(p) => p,
+            None => return null_mut(),
+        }
+    } else {
+        // SAFETY: native allocation.
+        let p = unsafe { (d.malloc)(real) } as usize;
+        if p == 0 {
+            return null_mut();
+        }
+        p
+    };
+    if tracking_on(state) {
+        tracking::track(state, pointer, size);
+    }
+    fill_on_alloc(state, pointer, 0);
+    pointer as *mut c_void
+}
+
+pub fn malloc(cx: &Entered, size: usize) -> *mut c_void {
+    internal_malloc(cx.state, size)
+}
+
+pub fn calloc(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
+    let state = cx.state;
+    let Some(total) = nmemb.checked_mul(size) else {
+        return fail_nomem();
+    };
+    let total = total.max(1);
+    let Some(real) = total.checked_add(state.layout.extra_bytes) else {
+        return fail_nomem();
+    };
+    if real > MAX_SIZE {
+        return fail_nomem();
+    }
+    let d = state.dispatch;
+    let pointer = if state.layout.header {
+        // SAFETY: native allocation.
+        let orig = unsafe { (d.memalign)(MIN_ALIGN, real) } as usize;
+        if orig == 0 {
+            return null_mut();
+        }
+        // SAFETY: the whole usable block is ours to zero.
+        unsafe {
+            let usable = (d.malloc_usable_size)(orig as *const c_void);
+            core::ptr::write_bytes(orig as *mut u8, 0, usable);
+        }
+        match init_header(state, orig, orig, total) {
+            Some(p) => p,
+            None => return null_mut(),
+        }
+    } else {
+        // SAFETY: native allocation.
+        let p = unsafe { (d.calloc)(1, real) } as usize;
+        if p == 0 {
+            return null_mut();
+        }
+        p
+    };
+    if tracking_on(state) {
+        tracking::track(state, pointer, total);
+    }
+    pointer as *mut c_void
+}
+
+pub fn memalign(cx: &Entered, alignment: usize, bytes: usize) -> *mut c_void {
+    let state = cx.state;
+    let bytes = bytes.max(1);
+    if bytes > MAX_SIZE {
+        return fail_nomem();
+    }
+    let d = state.dispatch;
+    let pointer = if state.layout.header {
+        let Some(alignment) = header_alignment(alignment) else {
+            return fail_nomem();
+        };
+        let Some(real) = alignment
+            .checked_add(bytes)
+            .and_then(|r| r.checked_add(state.layout.extra_bytes))
+        else {
+            return fail_nomem();
+        };
+        // SAFETY: native allocation; the alignment is produced by over-allocating.
+        let orig = unsafe { (d.malloc)(real) } as usize;
+        if orig == 0 {
+            return null_mut();
+        }
+        let user = (orig + state.layout.pointer_offset).next_multiple_of(alignment);
+        match init_header(state, orig, user - state.layout.pointer_offset, bytes) {
+            Some(p) => p,
+            None => return null_mut(),
+        }
+    } else {
+        let Some(real) = bytes.checked_add(state.layout.extra_bytes) else {
+            return fail_nomem();
+        };
+        // SAFETY: native allocation with the caller's alignment.
+        let p = unsafe { (d.memalign)(alignment, real) } as usize;
+        if p == 0 {
+            return null_mut();
+        }
+        p
+    };
+    if tracking_on(state) {
+        tracking::track(state, pointer, bytes);
+    }
+    fill_on_alloc(state, pointer, 0);
+    pointer as *mut c_void
+}
+
+/// Header mode's alignment: a power of two (0 counts as one), at least MIN_ALIGN.
+fn header_alignment(alignment: usize) -> Option<usize> {
+    let a = if alignment == 0 || alignment.is_power_of_two() {
+        alignment
+    } else {
+        alignment.checked_next_power_of_two()?
+    };
+    Some(a.max(MIN_ALIGN))
+}
+
+pub fn aligned_alloc(cx: &Entered, alignment: usize, size: usize) -> *mut c_void {
+    // The reference divides by a zero alignment; a zero alignment is simply invalid.
+    if !alignment.is_power_of_two() || !size.is_multiple_of(alignment) {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    memalign(cx, alignment, size)
+}
+
+pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, size: usize) -> i32 {
+    if alignment < size_of::<usize>() || !alignment.is_power_of_two() {
+        return libc::EINVAL;
+    }
+    let saved = errno();
+    let p = memalign(cx, alignment, size);
+    set_errno(saved);
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: posix_memalign's contract: `out` is writable.
+    unsafe { *out = p };
+    0
+}
+
+// ---------------------------------------------------------------------------------------------
+// free / realloc / malloc_usable_size
+
+/// The internal free shared by free and realloc (spec §2.8 step 4).
+fn internal_free(state: &State, pointer: usize) {
+    crate::deferred::on_internal_malloc_or_free(state);
+    let d = state.dispatch;
+    let (bytes, orig) = if state.layout.header {
+        let h = header(state, pointer);
+        guard::check(state, pointer, h.size);
+        // SAFETY: header of a verified live block.
+        unsafe {
+            core::ptr::addr_of_mut!((*header_mut(state, pointer)).tag)
+                .write_unaligned(DEBUG_FREE_TAG)
+        };
+        (h.usable_size, h.orig_pointer)
+    } else {
+        // SAFETY: a live native allocation.
+        (
+            unsafe { (d.malloc_usable_size)(pointer as *const c_void) },
+            pointer,
+        )
+    };
+    if state.has(bits::FILL_ON_FREE) {
+        fill(
+            pointer,
+            FILL_FREE_BYTE,
+            0,
+            bytes.min(state.config.fill_on_free_bytes),
+        );
+    }
+    if tracking_on(state) {
+        tracking::untrack(pointer);
+    }
+    if state.has(bits::FREE_TRACK) {
+        let frames = state.config.free_track_backtrace_num_frames;
+        let backtrace_id = if frames > 0 {
+            tracking::capture_interned(state, bytes, frames)
+        } else {
+            0
+        };
+        match FREE_QUEUE.push(pointer, backtrace_id) {
+            Some(evicted) => free_track::retire(state, evicted),
+            None if FREE_QUEUE.is_mapped() => {}
+            // No queue memory (mapping failed at start-up): free at once.
+            None => {
+                tracking::release_backtrace(backtrace_id);
+                // SAFETY: the block's native start, freed once.
+                unsafe { (d.free)(orig as *mut c_void) };
+            }
+        }
+    } else {
+        // SAFETY: the block's native start, freed once.
+        unsafe { (d.free)(orig as *mut c_void) };
+    }
+}
+
+pub fn free(cx: &Entered, pointer: *mut c_void) {
+    if !verify::check(cx.state, pointer as usize, "free") {
+        return;
+    }
+    internal_free(cx.state, pointer as usize);
+}
+
+pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void {
+    let state = cx.state;
+    if pointer.is_null() {
+        return internal_malloc(state, bytes);
+    }
+    let old = pointer as usize;
+    if !verify::check(state, old, "realloc") {
+        return null_mut();
+    }
+    if bytes == 0 {
+        internal_free(state, old);
+        return null_mut();
+    }
+    let expand = if state.has(bits::EXPAND_ALLOC) {
+        state.config.expand_alloc_bytes
+    } else {
+        0
+    };
+    let Some(real) = bytes.checked_add(expand) else {
+        return fail_nomem();
+    };
+    if bytes > MAX_SIZE {
+        return fail_nomem();
+    }
+    if state.layout.header {
+        realloc_header(state, old, bytes, real)
+    } else {
+        realloc_native(state, old, real)
+    }
+}
+
+fn retrack(state: &State, pointer: usize, size: usize) {
+    if tracking_on(state) {
+        tracking::untrack(pointer);
+        tracking::track(state, pointer, size);
+    }
+}
+
+fn realloc_header(state: &State, old: usize, bytes: usize, real: usize) -> *mut c_void {
+    let h = header(state, old);
+    if real == h.size {
+        // Same size: nothing moves; re-recording refreshes the allocation backtrace.
+        retrack(state, old, real);
+        return old as *mut c_void;
+    }
+    if real < h.usable_size {
+        let hp = header_mut(state, old);
+        // SAFETY: header of a verified live block.
+        unsafe { core::ptr::addr_of_mut!((*hp).size).write_unaligned(real) };
+        if state.layout.rear_guard_bytes > 0 {
+            // SAFETY: as above.
+            unsafe { core::ptr::addr_of_mut!((*hp).usable_size).write_unaligned(real) };
+            guard::write_rear(old, real, state.layout.rear_guard_bytes);
+        }
+        retrack(state, old, real);
+        return old as *mut c_void;
+    }
+    let new = internal_malloc(state, bytes) as usize;
+    if new == 0 {
+        return fail_nomem();
+    }
+    let prev = h.usable_size;
+    // The reference copies `prev` bytes even when the new block (with expand_alloc and a rear
+    // guard) is smaller, overwriting the new rear guard; never copy past the new block.
+    let copy = prev.min(usable_size(state, new));
+    // SAFETY: both ranges are inside live blocks of at least `copy` bytes; distinct blocks.
+    unsafe { core::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, copy) };
+    internal_free(state, old);
+    fill_on_alloc(state, new, prev);
+    new as *mut c_void
+}
+
+fn realloc_native(state: &State, old: usize, real: usize) -> *mut c_void {
+    let d = state.dispatch;
+    // Untrack first: once the native realloc returns, the old address may already belong to
+    // another thread's new allocation.
+    let old_info = if tracking_on(state) {
+        tracking::POINTERS.remove(old)
+    } else {
+        None
+    };
+    // SAFETY: a verified live native allocation.
+    let prev = unsafe { (d.malloc_usable_size)(old as *const c_void) };
+    // SAFETY: as above.
+    let new = unsafe { (d.realloc)(old as *mut c_void, real) } as usize;
+    if new == 0 {
+        // The old block is still allocated: keep it tracked (the reference loses it here).
+        if let Some(info) = old_info {
+            tracking::POINTERS.add(old, info);
+        }
+        return null_mut();
+    }
+    if let Some(info) = old_info {
+        tracking::release_backtrace(info.backtrace_id);
+        tracking::track(state, new, real);
+    }
+    fill_on_alloc(state, new, prev);
+    new as *mut c_void
+}
+
+pub fn malloc_usable_size(cx: &Entered, pointer: *const c_void) -> usize {
+    if !verify::check(cx.state, pointer as usize, "malloc_usable_size") {
+        return 0;
+    }
+    usable_size(cx.state, pointer as usize)
+}

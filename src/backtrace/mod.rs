@@ -1,0 +1,146 @@
+//! Backtraces: capture (abi §7.1), deduplicated storage (§7.4), log formats (§7.5, §7.6) and
+//! per-frame descriptions for heap dumps (§5.2 `bt_info`).
+//!
+//! Capture runs inside malloc, before any of the library's locks: it never allocates and takes
+//! no lock except the dynamic loader's (inside `dl_iterate_phdr`, once per capture and once per
+//! cache miss). The walk itself (walk.rs) uses per-return-address unwind rules cached in a
+//! lock-free table (cache.rs) computed from `.eh_frame` with gimli on a miss (cfi.rs); stacks
+//! the cache cannot express go through the `unwinding` crate's `_Unwind_Backtrace`; aarch64
+//! Android walks frame records first. Symbolisation (maps, ELF headers, dladdr, demangling)
+//! happens only when logging or dumping.
+
+mod arch;
+mod cache;
+mod cfi;
+mod format;
+mod maps;
+mod rule;
+#[cfg(all(target_arch = "aarch64", target_os = "android"))]
+mod stack;
+mod symbols;
+mod table;
+mod walk;
+
+#[cfg(test)]
+mod tests;
+
+pub use table::BacktraceTable;
+
+use crate::platform::Priority;
+use core::sync::atomic::Ordering;
+use format::Resolver;
+
+/// Most frames any capture stores (error reports).
+pub const MAX_FRAMES: usize = 256;
+
+/// Called once from `debug_initialize`: learns this library's code range (its frames are never
+/// recorded) and, on aarch64 Android, the main thread's stack bounds.
+pub fn startup() {
+    cfi::record_permanent_modules();
+    if let Some((start, end)) = cfi::module_code_range(capture as *const () as usize) {
+        walk::OWN_START.store(start, Ordering::Relaxed);
+        walk::OWN_END.store(end, Ordering::Relaxed);
+    }
+    #[cfg(all(target_arch = "aarch64", target_os = "android"))]
+    stack::init(arch::snapshot().sp);
+}
+
+/// Stack walks in flight. Fork prepare closes it so that no walk — and so no holder of the
+/// dynamic loader's lock — is in progress at the moment of fork.
+pub static CAPTURES: crate::sync::Gate = crate::sync::Gate::new();
+
+/// Captures up to `frames.len()` return addresses of the calling thread, innermost first,
+/// absolute, each moved into its call instruction when >= 4096, skipping every frame inside
+/// this library. Returns how many were stored. Never allocates.
+#[inline(never)]
+pub fn capture(frames: &mut [usize]) -> usize {
+    if frames.is_empty() {
+        return 0;
+    }
+    let _in_flight = CAPTURES.enter();
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        let regs = arch::snapshot();
+        #[cfg(all(target_arch = "aarch64", target_os = "android"))]
+        if let Some(n) = walk::frame_pointer_walk(frames, regs) {
+            return n;
+        }
+        if let walk::Walk::Done(n) = walk::cached_walk(frames, regs) {
+            return n;
+        }
+    }
+    // Not a tail call: full_walk drops exactly two frames, its own and this one.
+    core::hint::black_box(walk::full_walk(frames))
+}
+
+/// The fast-path block (abi §7.5): ERROR records, normally one (a block longer than a log
+/// record is split at line boundaries).
+pub fn log_frames(frames: &[usize]) {
+    let mut res = symbols::LiveResolver::new();
+    format::fast_block(frames, &mut res, &mut |rec| {
+        crate::log::write_record(Priority::Error, TAG, rec)
+    });
+}
+
+/// The `backtrace_full` format (abi §7.6): one ERROR record per frame.
+pub fn log_frames_full(frames: &[usize]) {
+    let mut res = symbols::LiveResolver::new();
+    format::full_block(frames, &mut res, &mut |rec| {
+        crate::log::write_record(Priority::Error, TAG, rec)
+    });
+}
+
+const TAG: &str = "malloc_debug";
+
+/// One frame as a heap dump's `bt_info` (abi §5.2) needs it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FrameDescription<'a> {
+    /// Map name; empty when no map contains the pc or the map is anonymous.
+    pub map_name: &'a [u8],
+    pub rel_pc: u64,
+    /// The map's start address (0 without a map); bt_info does not print it, tests check it.
+    #[cfg_attr(not(test), allow(dead_code, reason = "read by tests only"))]
+    pub map_start: u64,
+    /// Demangled (or raw) function name; empty when unknown.
+    pub function: &'a [u8],
+    /// pc − function start (0 when unknown).
+    pub function_offset: u64,
+}
+
+/// Describes `pc` for `bt_info` lines. Reads /proc/self/maps (kept between calls, re-read when
+/// a pc is in no known map). Call it without holding locks that allocation paths take.
+pub fn describe_frame(pc: usize, f: &mut dyn FnMut(&FrameDescription<'_>)) {
+    let mut guard = DESCRIBE.lock();
+    let res = guard.get_or_insert_with(symbols::LiveResolver::new);
+    res.refresh_for(pc);
+    res.resolve(pc, &mut |r| {
+        let (function, function_offset) = r.symbol.unwrap_or((b"", 0));
+        let d = FrameDescription {
+            map_name: r.map.map_or(b"", |m| m.name),
+            rel_pc: r.rel_pc,
+            map_start: r.map.map_or(0, |m| m.start),
+            function,
+            function_offset,
+        };
+        f(&d)
+    });
+}
+
+static DESCRIBE: crate::mutex::Mutex<Option<symbols::LiveResolver>> =
+    crate::mutex::Mutex::new(None);
+
+/// Forgets the cached maps of `describe_frame` (after a dump, so memory is returned).
+pub fn release_caches() {
+    *DESCRIBE.lock() = None;
+}
+
+/// Fork prepare / malloc_disable: takes the module's own lock (the `describe_frame` cache).
+/// Capture takes no lock of ours; `BacktraceTable` has its own `lock_raw`.
+pub fn lock_raw() {
+    DESCRIBE.lock_raw();
+}
+
+/// Fork parent and child / malloc_enable: releases what `lock_raw` took.
+pub fn unlock_raw() {
+    DESCRIBE.force_unlock();
+}

@@ -1,0 +1,194 @@
+//! The stack walks behind `capture`:
+//!
+//! - the cached DWARF walk (every 64-bit target we build for): per frame, one lookup in the
+//!   rule cache and a couple of loads; a miss runs the CFI program once (cfi.rs) and caches the
+//!   result;
+//! - the full DWARF walk of the `unwinding` crate (`_Unwind_Backtrace`), for stacks with a
+//!   frame the cache cannot express (signal frames, CFA expressions) and for other
+//!   architectures;
+//! - on aarch64 Android, a frame-record walk (the platform ABI keeps frame pointers), bounded
+//!   by the thread's stack so that a bad frame pointer stops the walk instead of faulting.
+
+use super::arch::{self, Regs};
+use super::cache::{ANY_GENERATION, CACHE, UNKNOWN_GENERATION};
+use super::cfi;
+use super::rule::{KIND_END, KIND_MASK, KIND_RULE, Packed, step_packed, to_pair};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// The library's own code, skipped wherever it appears in a stack (abi §7.1). Empty until
+/// `startup` (unit tests leave it empty so their own frames are kept).
+pub static OWN_START: AtomicUsize = AtomicUsize::new(0);
+pub static OWN_END: AtomicUsize = AtomicUsize::new(0);
+
+/// Hard limit on frames stepped through (own frames included) per capture.
+const MAX_STEPS: usize = 1024;
+
+/// Collects adjusted pcs, skipping the library's own frames.
+pub struct Sink<'a> {
+    frames: &'a mut [usize],
+    n: usize,
+    own: (usize, usize),
+}
+
+impl<'a> Sink<'a> {
+    pub fn new(frames: &'a mut [usize]) -> Self {
+        let own = (
+            OWN_START.load(Ordering::Relaxed),
+            OWN_END.load(Ordering::Relaxed),
+        );
+        Sink { frames, n: 0, own }
+    }
+
+    /// Records the frame whose return address is `ra`. Returns false when full.
+    #[inline(always)]
+    pub fn push(&mut self, ra: usize) -> bool {
+        let pc = arch::adjust_pc(ra);
+        if pc.wrapping_sub(self.own.0) < self.own.1.wrapping_sub(self.own.0) {
+            return true;
+        }
+        match self.frames.get_mut(self.n) {
+            Some(slot) => {
+                *slot = pc;
+                self.n += 1;
+                self.n < self.frames.len()
+            }
+            None => false,
+        }
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.n >= self.frames.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.n
+    }
+}
+
+/// Outcome of the cached walk.
+pub enum Walk {
+    Done(usize),
+    /// A frame needs the full unwinder: redo the capture with `full_walk`.
+    Unsupported,
+}
+
+/// Walks from `regs`, the snapshot taken inside the capturing function: that frame itself is
+/// not recorded, its caller is the first candidate.
+#[inline(always)]
+pub fn cached_walk(frames: &mut [usize], mut regs: Regs) -> Walk {
+    // The loader generation is read only when a frame outside permanent code needs it.
+    let mut generation = UNKNOWN_GENERATION;
+    let mut sink = Sink::new(frames);
+    for _ in 0..MAX_STEPS {
+        let p = match CACHE.get_home(regs.ra, generation) {
+            Some(p) => p,
+            None => slow_lookup(regs.ra, &mut generation),
+        };
+        let kind = p.0 as u32 & KIND_MASK;
+        if kind != KIND_RULE {
+            if kind == KIND_END {
+                break;
+            }
+            return Walk::Unsupported;
+        }
+        if !step_packed(&mut regs, p) || regs.ra == 0 || !sink.push(regs.ra) {
+            break;
+        }
+    }
+    Walk::Done(sink.len())
+}
+
+/// Other probe slots, then the CFI tables (the result is cached).
+#[cold]
+#[inline(never)]
+fn slow_lookup(ra: usize, generation: &mut u32) -> Packed {
+    if *generation == UNKNOWN_GENERATION {
+        *generation = cfi::generation();
+    }
+    if let Some(e) = CACHE.get(ra, *generation) {
+        return to_pair(e.pack());
+    }
+    #[cfg(test)]
+    MISSES.fetch_add(1, Ordering::Relaxed);
+    let e = cfi::lookup(ra);
+    // Rules of code that is never unloaded hold in every generation. (The generation was
+    // read before the lookup: a module loaded in between is at worst cached under a
+    // generation that is already stale, never the other way round.)
+    let tag = if ra != 0 && cfi::is_permanent(ra - 1) {
+        ANY_GENERATION
+    } else {
+        *generation
+    };
+    CACHE.put(ra, tag, e);
+    to_pair(e.pack())
+}
+
+/// The `unwinding` crate's full DWARF unwinder. Its first two reported frames are this
+/// function and the capturing function (which must call it directly and not be inlined): both
+/// are dropped, so the result starts where the cached walk's would.
+#[inline(never)]
+pub fn full_walk(frames: &mut [usize]) -> usize {
+    use unwinding::abi::{_Unwind_Backtrace, _Unwind_GetIP, UnwindContext, UnwindReasonCode};
+    struct State<'a> {
+        sink: Sink<'a>,
+        skip: usize,
+        steps: usize,
+    }
+    extern "C" fn trace(ctx: &UnwindContext<'_>, arg: *mut core::ffi::c_void) -> UnwindReasonCode {
+        // SAFETY: `arg` is the State passed to _Unwind_Backtrace below.
+        let st = unsafe { &mut *arg.cast::<State<'_>>() };
+        st.steps += 1;
+        if st.steps > MAX_STEPS {
+            return UnwindReasonCode::END_OF_STACK;
+        }
+        if st.skip > 0 {
+            st.skip -= 1;
+            return UnwindReasonCode::NO_REASON;
+        }
+        let ip = _Unwind_GetIP(ctx);
+        if ip == 0 || !st.sink.push(ip) {
+            return UnwindReasonCode::END_OF_STACK;
+        }
+        UnwindReasonCode::NO_REASON
+    }
+    let mut st = State {
+        sink: Sink::new(frames),
+        skip: 2,
+        steps: 0,
+    };
+    if st.sink.is_full() {
+        return 0;
+    }
+    _Unwind_Backtrace(trace, (&raw mut st).cast());
+    st.sink.len()
+}
+
+/// Frame-record walk for aarch64 Android. `None` when the stack bounds are unknown (the caller
+/// then uses the cached DWARF walk).
+#[cfg(all(target_arch = "aarch64", target_os = "android"))]
+#[inline(always)]
+pub fn frame_pointer_walk(frames: &mut [usize], regs: Regs) -> Option<usize> {
+    let (lo, hi) = super::stack::bounds(regs.sp)?;
+    let mut sink = Sink::new(frames);
+    let mut fp = regs.fp;
+    for _ in 0..MAX_STEPS {
+        // A frame record is two words, 16-byte aligned, inside [sp, stack top).
+        if fp < lo || !fp.is_multiple_of(16) || fp > hi - 16 {
+            break;
+        }
+        // SAFETY: [fp, fp + 16) was just checked to lie inside this thread's stack.
+        let (next, lr) = unsafe { (*(fp as *const usize), *((fp + 8) as *const usize)) };
+        let ra = arch::strip_pac(lr);
+        if ra == 0 || !sink.push(ra) {
+            break;
+        }
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    Some(sink.len())
+}
+
+#[cfg(test)]
+pub static MISSES: AtomicUsize = AtomicUsize::new(0);

@@ -1,0 +1,34 @@
+//! Work requested by signals, done at the next internal malloc/free (spec §8): the heap dump
+//! (SIGRTMAX-17) and the allocator statistics (SIGRTMAX-15).
+
+use crate::config::bits;
+use crate::dispatch::M_LOG_STATS;
+use crate::log::{log_error, log_info};
+use crate::signals::{DUMP_PENDING, STATS_PENDING};
+use crate::state::State;
+use core::sync::atomic::Ordering;
+
+#[inline]
+pub fn on_internal_malloc_or_free(state: &State) {
+    if state.has(bits::BACKTRACE) && DUMP_PENDING.load(Ordering::Relaxed) {
+        // One signal, one dump: only the thread that clears the flag dumps.
+        if DUMP_PENDING.swap(false, Ordering::AcqRel) {
+            crate::report::dump_heap_on_signal(state);
+        }
+    }
+    if state.has(bits::LOG_ALLOCATOR_STATS_ON_SIGNAL)
+        && STATS_PENDING.load(Ordering::Relaxed)
+        && STATS_PENDING.swap(false, Ordering::AcqRel)
+    {
+        log_allocator_stats(state);
+    }
+}
+
+/// `Logging allocator stats...` and `mallopt(M_LOG_STATS, 0)` on the native allocator.
+pub fn log_allocator_stats(state: &State) {
+    log_info!("Logging allocator stats...");
+    // SAFETY: plain native call.
+    if unsafe { (state.dispatch.mallopt)(M_LOG_STATS, 0) } == 0 {
+        log_error!("mallopt(M_LOG_STATS, 0) call failed.");
+    }
+}

@@ -1,0 +1,318 @@
+//! The C ABI: every `debug_*` symbol libc resolves (abi-and-dumps §1.4). Thin: each function
+//! enters the library and hands over to the module that owns the behaviour, or forwards to the
+//! native allocator when the call must not be intercepted (see `entry::enter`).
+//!
+//! # Safety
+//! These functions are called by libc with the C contracts of the malloc family: pointers passed
+//! in are either null or were returned by this library (or the native allocator before it was
+//! installed), out-parameters are writable.
+
+use crate::alloc;
+use crate::config::bits;
+use crate::dispatch::{IterateCallback, M_PURGE_ALL, Mallinfo, MallocDispatch};
+use crate::entry::{self, Entered};
+use crate::log::log_error;
+use crate::state;
+use core::ffi::{c_char, c_int, c_void};
+use core::ptr::null_mut;
+
+/// The native allocator when the call is not intercepted. Before a successful
+/// `debug_initialize` there is none: allocations fail and frees are dropped rather than crash.
+fn native() -> Option<&'static MallocDispatch> {
+    state::native()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_initialize(
+    dispatch: *const MallocDispatch,
+    zygote_child: *mut bool,
+    options: *const c_char,
+) -> bool {
+    // SAFETY: forwarded contract of debug_initialize (see state::initialize).
+    unsafe { state::initialize(dispatch, zygote_child.cast::<u8>(), options) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn debug_finalize() {
+    state::finalize();
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_malloc(size: usize) -> *mut c_void {
+    match entry::enter() {
+        Some(cx) => alloc::malloc(&cx, size),
+        // SAFETY: native allocator call with the caller's argument.
+        None => native().map_or(null_mut(), |d| unsafe { (d.malloc)(size) }),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_free(pointer: *mut c_void) {
+    match entry::enter() {
+        Some(cx) if !pointer.is_null() => {
+            // free never changes errno (POSIX.1-2024), though verification and free_track's
+            // queue make system calls that may.
+            let saved = crate::platform::errno();
+            alloc::free(&cx, pointer);
+            crate::platform::set_errno(saved);
+        }
+        _ => {
+            if let Some(d) = native() {
+                // SAFETY: the pointer came from the native allocator or is null.
+                unsafe { (d.free)(pointer) }
+            }
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_calloc(nmemb: usize, bytes: usize) -> *mut c_void {
+    match entry::enter() {
+        Some(cx) => alloc::calloc(&cx, nmemb, bytes),
+        // SAFETY: native allocator call with the caller's arguments.
+        None => native().map_or(null_mut(), |d| unsafe { (d.calloc)(nmemb, bytes) }),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_realloc(pointer: *mut c_void, bytes: usize) -> *mut c_void {
+    match entry::enter() {
+        Some(cx) => alloc::realloc(&cx, pointer, bytes),
+        // SAFETY: native allocator call with the caller's arguments.
+        None => native().map_or(null_mut(), |d| unsafe { (d.realloc)(pointer, bytes) }),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_memalign(alignment: usize, bytes: usize) -> *mut c_void {
+    match entry::enter() {
+        Some(cx) => alloc::memalign(&cx, alignment, bytes),
+        // SAFETY: native allocator call with the caller's arguments.
+        None => native().map_or(null_mut(), |d| unsafe { (d.memalign)(alignment, bytes) }),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_aligned_alloc(alignment: usize, size: usize) -> *mut c_void {
+    match entry::enter() {
+        Some(cx) => alloc::aligned_alloc(&cx, alignment, size),
+        // SAFETY: native allocator call with the caller's arguments.
+        None => native().map_or(null_mut(), |d| unsafe {
+            (d.aligned_alloc)(alignment, size)
+        }),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_posix_memalign(
+    memptr: *mut *mut c_void,
+    alignment: usize,
+    size: usize,
+) -> c_int {
+    match entry::enter() {
+        Some(cx) => alloc::posix_memalign(&cx, memptr, alignment, size),
+        // SAFETY: native allocator call with the caller's arguments.
+        None => native().map_or(libc::ENOMEM, |d| unsafe {
+            (d.posix_memalign)(memptr, alignment, size)
+        }),
+    }
+}
+
+#[cfg(target_pointer_width = "32")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_pvalloc(bytes: usize) -> *mut c_void {
+    match entry::enter() {
+        Some(cx) => {
+            let page = crate::platform::page_size();
+            match bytes.checked_add(page - 1) {
+                Some(rounded) => alloc::memalign(&cx, page, rounded & !(page - 1)),
+                None => {
+                    crate::platform::set_errno(libc::ENOMEM);
+                    null_mut()
+                }
+            }
+        }
+        // SAFETY: native allocator call with the caller's argument.
+        None => native().map_or(null_mut(), |d| unsafe { (d.pvalloc)(bytes) }),
+    }
+}
+
+#[cfg(target_pointer_width = "32")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_valloc(size: usize) -> *mut c_void {
+    match entry::enter() {
+        Some(cx) => alloc::memalign(&cx, crate::platform::page_size(), size),
+        // SAFETY: native allocator call with the caller's argument.
+        None => native().map_or(null_mut(), |d| unsafe { (d.valloc)(size) }),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_malloc_usable_size(pointer: *const c_void) -> usize {
+    match entry::enter() {
+        Some(cx) if !pointer.is_null() => alloc::malloc_usable_size(&cx, pointer),
+        // SAFETY: native allocator call with the caller's argument.
+        _ => native().map_or(0, |d| unsafe { (d.malloc_usable_size)(pointer) }),
+    }
+}
+
+/// Pass-through, no lock (abi §2.3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_mallinfo() -> Mallinfo {
+    // SAFETY: native allocator call.
+    native().map_or(Mallinfo::default(), |d| unsafe { (d.mallinfo)() })
+}
+
+/// Pass-through, no lock (abi §2.3).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_mallopt(param: c_int, value: c_int) -> c_int {
+    // SAFETY: native allocator call.
+    native().map_or(0, |d| unsafe { (d.mallopt)(param, value) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
+    let cx = entry::enter();
+    match cx {
+        Some(cx) if cx.state.has(bits::TRACK_ALLOCS) => crate::report::malloc_info(&cx, fp),
+        // SAFETY: native allocator call; `malloc_info` is read only here because Android 9's
+        // dispatch table has no such field (callers there never reach this function).
+        _ => native().map_or(-1, |d| unsafe { (d.malloc_info)(options, fp) }),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_malloc_iterate(
+    base: usize,
+    size: usize,
+    callback: IterateCallback,
+    arg: *mut c_void,
+) -> c_int {
+    match entry::enter_gate_only() {
+        Some((state, _gate)) if state.has(bits::TRACK_ALLOCS) => {
+            crate::iterate::malloc_iterate(state, callback, arg)
+        }
+        // SAFETY: native allocator call with the caller's arguments.
+        _ => native().map_or(-1, |d| unsafe {
+            (d.malloc_iterate)(base, size, callback, arg)
+        }),
+    }
+}
+
+/// Android 9's libc looks the iterate entry up under this name.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_iterate(
+    base: usize,
+    size: usize,
+    callback: IterateCallback,
+    arg: *mut c_void,
+) -> c_int {
+    // SAFETY: same contract.
+    unsafe { debug_malloc_iterate(base, size, callback, arg) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn debug_malloc_disable() {
+    match entry::enter_gate_only() {
+        Some((state, _gate)) => crate::iterate::malloc_disable(state),
+        None => {
+            if let Some(d) = native() {
+                // SAFETY: native allocator call.
+                unsafe { (d.malloc_disable)() }
+            }
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn debug_malloc_enable() {
+    match entry::enter_gate_only() {
+        Some((state, _gate)) => crate::iterate::malloc_enable(state),
+        None => {
+            if let Some(d) = native() {
+                // SAFETY: native allocator call.
+                unsafe { (d.malloc_enable)() }
+            }
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_malloc_backtrace(
+    pointer: *mut c_void,
+    frames: *mut usize,
+    max_frames: usize,
+) -> isize {
+    if pointer.is_null() {
+        return 0;
+    }
+    let Some(cx) = entry::enter() else { return 0 };
+    crate::report::malloc_backtrace(&cx, pointer, frames, max_frames)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_get_malloc_leak_info(
+    info: *mut *mut u8,
+    overall_size: *mut usize,
+    info_size: *mut usize,
+    total_memory: *mut usize,
+    backtrace_size: *mut usize,
+) {
+    let Some(cx) = entry::enter() else { return };
+    if info.is_null()
+        || overall_size.is_null()
+        || info_size.is_null()
+        || total_memory.is_null()
+        || backtrace_size.is_null()
+    {
+        log_error!("get_malloc_leak_info: At least one invalid parameter.");
+        return;
+    }
+    // SAFETY: all five out-parameters were checked non-null; the caller makes them writable.
+    let out = unsafe {
+        crate::report::LeakInfoOut {
+            info: &mut *info,
+            overall_size: &mut *overall_size,
+            info_size: &mut *info_size,
+            total_memory: &mut *total_memory,
+            backtrace_size: &mut *backtrace_size,
+        }
+    };
+    crate::report::get_malloc_leak_info(&cx, out);
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_free_malloc_leak_info(info: *mut u8) {
+    if let Some(d) = native() {
+        // SAFETY: the buffer came from the native calloc in get_malloc_leak_info (or is null).
+        unsafe {
+            (d.free)(info.cast());
+            (d.mallopt)(M_PURGE_ALL, 0);
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_write_malloc_leak_info(fp: *mut libc::FILE) -> bool {
+    if !fp.is_null() {
+        // SAFETY: the caller's FILE*; flushing first keeps its earlier output before the dump.
+        unsafe { libc::fflush(fp) };
+    }
+    let Some(cx) = entry::enter() else {
+        return false;
+    };
+    crate::report::write_malloc_leak_info(&cx, fp)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_dump_heap(file_name: *const c_char) {
+    let Some(cx): Option<Entered> = entry::enter() else {
+        return;
+    };
+    if file_name.is_null() {
+        return;
+    }
+    // SAFETY: the caller passes a NUL-terminated path.
+    let name = unsafe { crate::fmt::c_str_bytes(file_name) };
+    crate::report::dump_heap(&cx, name);
+}

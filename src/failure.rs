@@ -1,0 +1,52 @@
+//! The frame of every error report (spec §3.2–§3.4): divider, message, details, a backtrace,
+//! divider, then `abort()` under `abort_on_error`.
+
+use crate::backtrace;
+use crate::config::bits;
+use crate::log::{DIVIDER, log_error};
+use crate::state::State;
+
+pub fn divider() {
+    log_error!("{}", DIVIDER);
+}
+
+/// `Backtrace at time of failure:` and the current stack (up to 256 frames).
+pub fn log_failure_backtrace(state: &State) {
+    log_error!("Backtrace at time of failure:");
+    let mut frames = [0usize; backtrace::MAX_FRAMES];
+    let n = backtrace::capture(&mut frames);
+    log_backtrace_or_failure(state, &frames[..n]);
+}
+
+/// Logs captured frames in the configured format, or the reference's failure line.
+pub fn log_backtrace_or_failure(state: &State, frames: &[usize]) {
+    if frames.is_empty() {
+        log_error!("  Backtrace failed to get any frames.");
+    } else if state.has(bits::BACKTRACE_FULL) {
+        backtrace::log_frames_full(frames);
+    } else {
+        backtrace::log_frames(frames);
+    }
+}
+
+/// Logs an interned backtrace (allocation or free time).
+pub fn log_interned_backtrace(state: &State, id: u32) {
+    let printed = crate::tracking::BACKTRACES
+        .with_frames(id, |frames| log_backtrace_or_failure(state, frames));
+    if printed.is_none() {
+        log_error!("  hash_index {} does not have matching frame data.", id);
+    }
+}
+
+/// Ends an error report: closing divider, then abort if the options say so.
+pub fn end_report(state: &State) {
+    divider();
+    abort_if_configured(state);
+}
+
+pub fn abort_if_configured(state: &State) {
+    if state.has(bits::ABORT_ON_ERROR) {
+        // SAFETY: abort has no preconditions.
+        unsafe { libc::abort() };
+    }
+}

@@ -1,0 +1,67 @@
+//! `libc_malloc_debug.so`: bionic's malloc debug, rewritten in Rust.
+//!
+//! libc `dlopen`s this library, resolves the `debug_*` symbols and calls
+//! `debug_initialize(dispatch, zygote_child, options)`; from then on every allocation of the
+//! process comes through [`exports`]. The library lives *inside* malloc, so the shipped build is
+//! `no_std`, never allocates through the exported malloc and never unwinds (see DESIGN.md §2).
+//! Unit tests build the same modules with std.
+#![cfg_attr(not(test), no_std)]
+
+mod alloc;
+mod backtrace;
+pub mod config;
+mod deferred;
+mod dispatch;
+mod entry;
+mod errors;
+mod exports;
+mod failure;
+mod fmt;
+mod free_track;
+mod guard;
+mod header;
+mod iterate;
+mod leaks;
+mod log;
+mod mutex;
+mod output;
+mod pages;
+mod platform;
+mod pointers;
+mod report;
+mod signals;
+mod snapshot;
+mod state;
+mod sync;
+mod tracking;
+mod verify;
+
+/// A panic inside malloc cannot be unwound or reported through anything that allocates: write a
+/// fixed message with `write(2)` and abort.
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    platform::abort_with_message("malloc_debug: internal error (panic); aborting");
+}
+
+// The prebuilt `core` may keep a reference to `rust_eh_personality` even with panic=abort; it is
+// never called. Defined in assembly so that it can be hidden (a `#[no_mangle]` Rust function
+// would be exported from the cdylib).
+#[cfg(not(test))]
+macro_rules! hidden_personality {
+    ($trap:literal) => {
+        core::arch::global_asm!(
+            ".globl rust_eh_personality",
+            ".hidden rust_eh_personality",
+            ".type rust_eh_personality, %function",
+            "rust_eh_personality:",
+            $trap,
+        );
+    };
+}
+#[cfg(all(not(test), any(target_arch = "x86_64", target_arch = "x86")))]
+hidden_personality!("ud2");
+#[cfg(all(not(test), target_arch = "aarch64"))]
+hidden_personality!("brk #0");
+#[cfg(all(not(test), target_arch = "arm"))]
+hidden_personality!("udf #0");

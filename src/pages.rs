@@ -1,0 +1,59 @@
+//! Internal memory straight from the kernel. Tables that grow with the number of live
+//! allocations use `mmap`, never the exported malloc (which would re-enter the library) nor the
+//! native allocator (whose own lock a caller of malloc may hold while we grow).
+
+use core::ptr::NonNull;
+
+/// Maps `bytes` of zeroed read-write memory, rounded up to whole pages.
+pub fn map(bytes: usize) -> Option<NonNull<u8>> {
+    let len = round_to_pages(bytes)?;
+    // SAFETY: anonymous private mapping; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    name_mapping(p, len);
+    NonNull::new(p.cast())
+}
+
+/// Returns memory obtained from `map` with the same `bytes`.
+///
+/// # Safety
+/// `p` must come from `map(bytes)` and not be used afterwards.
+pub unsafe fn unmap(p: NonNull<u8>, bytes: usize) {
+    if let Some(len) = round_to_pages(bytes) {
+        // SAFETY: forwarded: the range is exactly a mapping we created.
+        unsafe { libc::munmap(p.as_ptr().cast(), len) };
+    }
+}
+
+fn round_to_pages(bytes: usize) -> Option<usize> {
+    let page = crate::platform::page_size();
+    Some(bytes.checked_add(page - 1)? & !(page - 1))
+}
+
+/// Names the mapping `[anon:malloc_debug]` in /proc/PID/maps where the kernel supports it, so
+/// the library's own memory is easy to tell apart (and libmemunreachable skips it).
+fn name_mapping(p: *mut libc::c_void, len: usize) {
+    const PR_SET_VMA: libc::c_int = 0x53564d41;
+    const PR_SET_VMA_ANON_NAME: libc::c_ulong = 0;
+    // SAFETY: prctl only reads the name; failure (old kernels) is harmless.
+    unsafe {
+        libc::prctl(
+            PR_SET_VMA,
+            PR_SET_VMA_ANON_NAME,
+            p,
+            len,
+            c"malloc_debug".as_ptr(),
+        );
+    }
+}

@@ -1,0 +1,203 @@
+//! What differs between Android (bionic) and a glibc host: the program name, the log sink,
+//! thread ids, default output directories. Everything here is allocation-free.
+
+use core::ffi::{c_char, c_int};
+
+/// The program name used as the `%s` prefix of messages (`getprogname()` on bionic).
+pub fn progname() -> &'static [u8] {
+    // SAFETY: both symbols are NUL-terminated strings owned by libc for the process lifetime.
+    unsafe {
+        let p = raw_progname();
+        if p.is_null() {
+            b"<unknown>"
+        } else {
+            crate::fmt::c_str_bytes(p)
+        }
+    }
+}
+
+#[cfg(target_os = "android")]
+unsafe fn raw_progname() -> *const c_char {
+    unsafe extern "C" {
+        fn getprogname() -> *const c_char;
+    }
+    // SAFETY: bionic's getprogname has no preconditions.
+    unsafe { getprogname() }
+}
+
+#[cfg(not(target_os = "android"))]
+unsafe fn raw_progname() -> *const c_char {
+    unsafe extern "C" {
+        static program_invocation_short_name: *const c_char;
+    }
+    // SAFETY: glibc initialises this before any constructor runs and never frees it.
+    unsafe { program_invocation_short_name }
+}
+
+pub fn getpid() -> i32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::getpid() }
+}
+
+pub fn gettid() -> i32 {
+    // SAFETY: the raw syscall has no preconditions and cannot fail; libc's wrapper is not
+    // available on every glibc we build against.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Writes all of `bytes` to fd 2, retrying on EINTR and short writes; errors are ignored (there
+/// is nowhere left to report them).
+pub fn write_stderr(bytes: &[u8]) {
+    write_fd(2, bytes);
+}
+
+pub fn write_fd(fd: c_int, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a valid readable slice for its length.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return false;
+        }
+        if n == 0 {
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
+pub fn errno() -> c_int {
+    // SAFETY: the errno location is valid for the calling thread.
+    unsafe { *errno_location() }
+}
+
+pub fn set_errno(value: c_int) {
+    // SAFETY: the errno location is valid for the calling thread.
+    unsafe { *errno_location() = value }
+}
+
+#[cfg(target_os = "android")]
+unsafe fn errno_location() -> *mut c_int {
+    // SAFETY: no preconditions.
+    unsafe { libc::__errno() }
+}
+
+#[cfg(not(target_os = "android"))]
+unsafe fn errno_location() -> *mut c_int {
+    // SAFETY: no preconditions.
+    unsafe { libc::__errno_location() }
+}
+
+/// Log priorities of the Android log (only these two are used; spec §0.1).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Priority {
+    Info = 4,
+    Error = 6,
+}
+
+impl Priority {
+    pub fn letter(self) -> u8 {
+        match self {
+            Priority::Info => b'I',
+            Priority::Error => b'E',
+        }
+    }
+}
+
+/// Sends one log record to the Android log. Returns false when liblog refused it (no logd,
+/// for example), so the caller can fall back to stderr.
+#[cfg(target_os = "android")]
+pub fn android_log(prio: Priority, tag: &core::ffi::CStr, msg: *const c_char) -> bool {
+    unsafe extern "C" {
+        fn __android_log_write(prio: c_int, tag: *const c_char, msg: *const c_char) -> c_int;
+    }
+    // SAFETY: tag and msg are NUL-terminated; liblog's writer does not allocate.
+    unsafe { __android_log_write(prio as c_int, tag.as_ptr(), msg) >= 0 }
+}
+
+/// Realtime clock as (seconds, nanoseconds) since the epoch.
+pub fn realtime() -> (i64, i64) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    #[allow(
+        clippy::useless_conversion,
+        reason = "time_t and c_long are 32 bits on 32-bit targets"
+    )]
+    (i64::from(ts.tv_sec), i64::from(ts.tv_nsec))
+}
+
+/// Aborts the process after writing `msg` to stderr (and the Android abort message).
+#[cfg_attr(
+    test,
+    allow(dead_code, reason = "the panic handler is not built into unit tests")
+)]
+pub fn abort_with_message(msg: &str) -> ! {
+    write_stderr(msg.as_bytes());
+    write_stderr(b"\n");
+    #[cfg(target_os = "android")]
+    {
+        unsafe extern "C" {
+            fn android_set_abort_message(msg: *const c_char);
+        }
+        let mut buf = crate::fmt::StackBuf::<256>::new();
+        buf.push_bytes(msg.as_bytes());
+        // SAFETY: buf is NUL-terminated by as_c_str and lives across the call.
+        unsafe { android_set_abort_message(buf.as_c_str()) };
+    }
+    // SAFETY: abort has no preconditions and does not return.
+    unsafe { libc::abort() }
+}
+
+/// Android writes dumps and records under `/data/local/tmp`. A host without that directory gets
+/// the same file names under `/tmp` (DESIGN §5); explicit paths are never changed.
+pub fn localize_default_paths(
+    mut config: crate::config::Config<'static>,
+) -> crate::config::Config<'static> {
+    use crate::config::{DEFAULT_BACKTRACE_DUMP_PREFIX, DEFAULT_RECORD_ALLOCS_FILE};
+    if cfg!(target_os = "android") || data_local_tmp_exists() {
+        return config;
+    }
+    if config.backtrace_dump_prefix == DEFAULT_BACKTRACE_DUMP_PREFIX {
+        config.backtrace_dump_prefix = b"/tmp/backtrace_heap";
+    }
+    if config.record_allocs_file == DEFAULT_RECORD_ALLOCS_FILE {
+        config.record_allocs_file = b"/tmp/record_allocs.txt";
+    }
+    config
+}
+
+fn data_local_tmp_exists() -> bool {
+    // SAFETY: NUL-terminated literal path.
+    unsafe { libc::access(c"/data/local/tmp".as_ptr(), libc::F_OK) == 0 }
+}
+
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions; _SC_PAGESIZE is always available.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as usize } else { 4096 }
+}
+
+/// The build fingerprint for heap dumps: the property on Android, `unknown` elsewhere (the
+/// reference's default for an unset property).
+pub fn build_fingerprint(out: &mut dyn FnMut(&[u8])) {
+    #[cfg(target_os = "android")]
+    {
+        let mut value = [0u8; 92];
+        // SAFETY: PROP_VALUE_MAX-sized buffer, NUL-terminated name.
+        let n = unsafe {
+            libc::__system_property_get(c"ro.build.fingerprint".as_ptr(), value.as_mut_ptr().cast())
+        };
+        if n > 0 {
+            out(&value[..(n as usize).min(91)]);
+            return;
+        }
+    }
+    out(b"unknown");
+}

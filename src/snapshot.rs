@@ -1,0 +1,171 @@
+//! A sorted copy of the live-pointer table, for leak reports, heap dumps, leak info and
+//! malloc_info (spec §9.1, abi §4.2). Copied under the table's locks into mmap'd memory, then
+//! sorted and used without holding any lock.
+
+use crate::pages;
+use crate::tracking::{self, BACKTRACES, POINTERS};
+use core::cmp::Ordering;
+use core::ptr::NonNull;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub pointer: usize,
+    pub size: usize,
+    pub zygote: bool,
+    pub backtrace_id: u32,
+    /// Frames of the interned backtrace (0 without one).
+    pub frames: usize,
+}
+
+impl Record {
+    pub fn has_backtrace(&self) -> bool {
+        self.backtrace_id > tracking::BT_EMPTY
+    }
+}
+
+pub struct Snapshot {
+    memory: Option<NonNull<Record>>,
+    capacity: usize,
+    len: usize,
+}
+
+impl Snapshot {
+    fn with_capacity(capacity: usize) -> Option<Snapshot> {
+        let memory = if capacity == 0 {
+            None
+        } else {
+            Some(pages::map(capacity * size_of::<Record>())?.cast::<Record>())
+        };
+        Some(Snapshot {
+            memory,
+            capacity,
+            len: 0,
+        })
+    }
+
+    fn push_entry(&mut self, pointer: usize, info: crate::pointers::Info) {
+        let (size, zygote) = tracking::decode_size(info.size);
+        self.push(Record {
+            pointer,
+            size,
+            zygote,
+            backtrace_id: info.backtrace_id,
+            frames: 0,
+        });
+    }
+
+    /// Every live allocation, unsorted and without frame counts, copied under the table's locks.
+    pub fn take_unsorted() -> Option<Snapshot> {
+        let table = POINTERS.lock_all();
+        let mut s = Snapshot::with_capacity(table.len())?;
+        for (pointer, info) in table.iter() {
+            s.push_entry(pointer, info);
+        }
+        Some(s)
+    }
+
+    /// As `take_unsorted`, for a thread that already holds every table lock.
+    ///
+    /// # Safety
+    /// The calling thread must hold all of the live table's locks (malloc_disable).
+    pub unsafe fn take_unsorted_held() -> Option<Snapshot> {
+        let mut count = 0;
+        // SAFETY: forwarded.
+        unsafe { POINTERS.for_each_held(|_, _| count += 1) };
+        let mut s = Snapshot::with_capacity(count)?;
+        // SAFETY: forwarded.
+        unsafe { POINTERS.for_each_held(|pointer, info| s.push_entry(pointer, info)) };
+        Some(s)
+    }
+
+    /// Every live allocation, sorted. `None` if memory for the copy could not be mapped.
+    pub fn take() -> Option<Snapshot> {
+        let mut snapshot = Self::take_unsorted()?;
+        for r in snapshot.records_mut() {
+            if r.has_backtrace() {
+                r.frames = BACKTRACES
+                    .with_frames(r.backtrace_id, |f| f.len())
+                    .unwrap_or(0);
+            }
+        }
+        snapshot.records_mut().sort_unstable_by(compare);
+        Some(snapshot)
+    }
+
+    fn push(&mut self, r: Record) {
+        if self.len < self.capacity
+            && let Some(m) = self.memory
+        {
+            // SAFETY: len < capacity slots mapped.
+            unsafe { m.as_ptr().add(self.len).write(r) };
+            self.len += 1;
+        }
+    }
+
+    pub fn records(&self) -> &[Record] {
+        match self.memory {
+            // SAFETY: `len` initialised records.
+            Some(m) => unsafe { core::slice::from_raw_parts(m.as_ptr(), self.len) },
+            None => &[],
+        }
+    }
+
+    fn records_mut(&mut self) -> &mut [Record] {
+        match self.memory {
+            // SAFETY: `len` initialised records, exclusively ours.
+            Some(m) => unsafe { core::slice::from_raw_parts_mut(m.as_ptr(), self.len) },
+            None => &mut [],
+        }
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        if let Some(m) = self.memory {
+            // SAFETY: mapped in `take` with this size.
+            unsafe { pages::unmap(m.cast(), self.capacity * size_of::<Record>()) };
+        }
+    }
+}
+
+/// Non-zygote first; size descending; with a backtrace before without; more frames first;
+/// pointer ascending (the reference's order; its comment claims zygote first, its code and
+/// tests put zygote last).
+pub fn compare(a: &Record, b: &Record) -> Ordering {
+    a.zygote
+        .cmp(&b.zygote)
+        .then(b.size.cmp(&a.size))
+        .then(b.has_backtrace().cmp(&a.has_backtrace()))
+        .then(b.frames.cmp(&a.frames))
+        .then(a.pointer.cmp(&b.pointer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(pointer: usize, size: usize, zygote: bool, bt: u32, frames: usize) -> Record {
+        Record {
+            pointer,
+            size,
+            zygote,
+            backtrace_id: bt,
+            frames,
+        }
+    }
+
+    #[test]
+    fn sort_order_matches_reference() {
+        let mut v = [
+            rec(0x10, 100, true, 0, 0),
+            rec(0x20, 100, false, 0, 0),
+            rec(0x30, 200, false, 0, 0),
+            rec(0x40, 100, false, 5, 2),
+            rec(0x50, 100, false, 6, 3),
+            rec(0x08, 100, false, 0, 0),
+        ];
+        v.sort_unstable_by(compare);
+        let order: Vec<usize> = v.iter().map(|r| r.pointer).collect();
+        assert_eq!(order, vec![0x30, 0x50, 0x40, 0x08, 0x20, 0x10]);
+    }
+}

@@ -1,0 +1,234 @@
+//! The library's process-wide state: set up once by `debug_initialize`, published with one
+//! atomic store, read by every entry point.
+
+use crate::config::{Config, bits};
+use crate::dispatch::MallocDispatch;
+use crate::fmt::{Bytes, c_str_bytes};
+use crate::free_track::FREE_QUEUE;
+use crate::header::Layout;
+use crate::log::{log_error, log_info};
+use crate::platform;
+use crate::sync;
+use core::cell::UnsafeCell;
+use core::ffi::c_char;
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+
+pub struct State {
+    pub dispatch: &'static MallocDispatch,
+    /// libc's "this process is a zygote child" flag (`bool*`; Android 9 passes `int*` — only the
+    /// first byte is read, which is the low byte of the int on our little-endian targets).
+    zygote_child: *const u8,
+    pub config: Config<'static>,
+    pub layout: Layout,
+}
+
+// SAFETY: the state is written once before publication and only read afterwards; the zygote
+// pointer refers to libc's global that lives for the whole process.
+unsafe impl Sync for State {}
+
+impl State {
+    pub fn zygote_child(&self) -> bool {
+        // SAFETY: libc's flag lives for the process; it is a plain byte written by one thread.
+        unsafe { core::ptr::read_volatile(self.zygote_child) != 0 }
+    }
+
+    pub fn has(&self, bit: u64) -> bool {
+        self.config.has(bit)
+    }
+}
+
+struct StateCell(UnsafeCell<MaybeUninit<State>>);
+// SAFETY: written only by the single initialising call (guarded by INIT_PHASE) before STATE
+// publishes it.
+unsafe impl Sync for StateCell {}
+
+static STORAGE: StateCell = StateCell(UnsafeCell::new(MaybeUninit::uninit()));
+static STATE: AtomicPtr<State> = AtomicPtr::new(core::ptr::null_mut());
+/// The native dispatch, known from the start of `debug_initialize` even if it fails, so that
+/// entry points called by a confused caller still reach a working allocator.
+static NATIVE: AtomicPtr<MallocDispatch> = AtomicPtr::new(core::ptr::null_mut());
+
+const UNINITIALIZED: u8 = 0;
+const INITIALIZING: u8 = 1;
+const INITIALIZED: u8 = 2;
+static INIT_PHASE: AtomicU8 = AtomicU8::new(UNINITIALIZED);
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+
+pub fn get() -> Option<&'static State> {
+    let p = STATE.load(Ordering::Acquire);
+    // SAFETY: non-null only after STORAGE was fully written (Release store in initialize).
+    unsafe { p.as_ref() }
+}
+
+pub fn native() -> Option<&'static MallocDispatch> {
+    // SAFETY: the dispatch table is libc's and outlives the process.
+    unsafe { NATIVE.load(Ordering::Acquire).as_ref() }
+}
+
+/// `debug_initialize` (spec §1.6 / abi §1.7).
+///
+/// # Safety
+/// `dispatch` must point to a `MallocDispatch` valid for the process lifetime, `zygote_child`
+/// to a flag that lives as long, `options` to a NUL-terminated string valid during the call.
+pub unsafe fn initialize(
+    dispatch: *const MallocDispatch,
+    zygote_child: *const u8,
+    options: *const c_char,
+) -> bool {
+    if zygote_child.is_null() || options.is_null() || dispatch.is_null() {
+        return false;
+    }
+    if asan_present() {
+        log_error!("malloc debug cannot be enabled alongside ASAN");
+        return false;
+    }
+    if INIT_PHASE
+        .compare_exchange(
+            UNINITIALIZED,
+            INITIALIZING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        // Bionic initialises once per process; a second call cannot replace live state.
+        return false;
+    }
+    sync::register_fork_handlers();
+    NATIVE.store(dispatch.cast_mut(), Ordering::Release);
+    // SAFETY: the caller guarantees the table outlives the process.
+    let dispatch: &'static MallocDispatch = unsafe { &*dispatch };
+    if let Err(rc) = sync::create_disabled_key() {
+        log_error!("pthread_key_create failed: {}", crate::errors::strerror(rc));
+        INIT_PHASE.store(UNINITIALIZED, Ordering::Release);
+        return false;
+    }
+    // SAFETY: caller guarantees a NUL-terminated string.
+    let Some(options) = copy_options(dispatch, unsafe { c_str_bytes(options) }) else {
+        sync::delete_disabled_key();
+        INIT_PHASE.store(UNINITIALIZED, Ordering::Release);
+        return false;
+    };
+    let config = match Config::parse(options) {
+        Ok(config) => config,
+        Err(error) => {
+            report_option_error(&error);
+            // SAFETY: the copy came from this dispatch and nothing refers to it any more.
+            unsafe { (dispatch.free)(options.as_ptr().cast_mut().cast()) };
+            sync::delete_disabled_key();
+            INIT_PHASE.store(UNINITIALIZED, Ordering::Release);
+            return false;
+        }
+    };
+    let config = platform::localize_default_paths(config);
+    crate::signals::BACKTRACE_ENABLED.store(config.backtrace_enabled, Ordering::SeqCst);
+    if !crate::signals::install(&config)
+        || (config.has(bits::FREE_TRACK) && !FREE_QUEUE.init(config.free_track_allocations))
+    {
+        sync::delete_disabled_key();
+        INIT_PHASE.store(UNINITIALIZED, Ordering::Release);
+        return false;
+    }
+    crate::backtrace::startup();
+    // SAFETY: INIT_PHASE makes this the only writer, and nothing reads STORAGE before the
+    // Release store below publishes it.
+    unsafe {
+        (*STORAGE.0.get()).write(State {
+            dispatch,
+            zygote_child,
+            config,
+            layout: Layout::new(&config),
+        });
+        STATE.store((*STORAGE.0.get()).as_mut_ptr(), Ordering::Release);
+    }
+    if config.has(bits::VERBOSE) {
+        log_info!("{}: malloc debug enabled", Bytes(platform::progname()));
+    }
+    INIT_PHASE.store(INITIALIZED, Ordering::Release);
+    true
+}
+
+/// The options pointer dies when `debug_initialize` returns (it is a stack buffer in libc on
+/// the property path): keep a copy from the native allocator for the process lifetime.
+fn copy_options(dispatch: &MallocDispatch, options: &[u8]) -> Option<&'static [u8]> {
+    // SAFETY: plain native allocation of len+1 bytes.
+    let p = unsafe { (dispatch.malloc)(options.len() + 1) }.cast::<u8>();
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` has room for len+1 bytes and does not overlap `options`.
+    unsafe {
+        core::ptr::copy_nonoverlapping(options.as_ptr(), p, options.len());
+        *p.add(options.len()) = 0;
+        Some(core::slice::from_raw_parts(p, options.len()))
+    }
+}
+
+fn report_option_error(error: &crate::config::ConfigError<'_>) {
+    let mut msg = crate::fmt::StackBuf::<1024>::new();
+    let _ = error.write_message(platform::progname(), &mut msg);
+    crate::log::write_record(platform::Priority::Error, "malloc_debug", &mut msg);
+    for line in crate::config::USAGE_LINES {
+        log_error!("{}", line);
+    }
+}
+
+/// Is the AddressSanitizer runtime in the process? Looked up at initialisation only (the
+/// dispatch table is not swapped yet, so dlsym's own allocations go to the native allocator).
+fn asan_present() -> bool {
+    // SAFETY: the name is a NUL-terminated literal; RTLD_DEFAULT searches the global scope.
+    unsafe { !libc::dlsym(libc::RTLD_DEFAULT, c"__asan_init".as_ptr()).is_null() }
+}
+
+/// `debug_finalize` (spec §9.9). Runs its exit-time work once; later calls do nothing.
+///
+/// Unlike the reference, which leaves the global lock write-held forever (so any other thread
+/// that allocates afterwards hangs), the gate is reopened once the reports are written: other
+/// threads — and destructors that run after the exit handler — keep a working allocator.
+pub fn finalize() {
+    let Some(state) = get() else { return };
+    if FINALIZED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let _disabled = sync::DisabledScope::enter();
+    sync::GATE.close();
+    if state.has(bits::FREE_TRACK) {
+        crate::free_track::verify_all(state);
+    }
+    if state.has(bits::LEAK_TRACK) {
+        crate::leaks::report(state);
+    }
+    if state.has(bits::BACKTRACE) && state.config.backtrace_dump_on_exit {
+        crate::report::dump_heap_at_exit(state);
+    }
+    if state.has(bits::LOG_ALLOCATOR_STATS_ON_EXIT) {
+        crate::deferred::log_allocator_stats(state);
+    }
+    sync::GATE.open();
+}
+
+/// Takes every tracking lock, in the reference's order (free queue, live pointers, backtraces):
+/// fork prepare and `malloc_disable`.
+pub fn lock_all_for_fork() {
+    if get().is_some_and(|s| s.has(bits::TRACK_ALLOCS)) {
+        FREE_QUEUE.lock_raw();
+        crate::tracking::POINTERS.lock_all_raw();
+        crate::tracking::BACKTRACES.lock_raw();
+    }
+    crate::backtrace::lock_raw();
+}
+
+/// Fork parent, fork child (where the holders no longer exist) and `malloc_enable`.
+pub fn unlock_all_after_fork() {
+    crate::backtrace::unlock_raw();
+    if get().is_some_and(|s| s.has(bits::TRACK_ALLOCS)) {
+        crate::tracking::BACKTRACES.unlock_raw();
+        crate::tracking::POINTERS.unlock_all_raw();
+        FREE_QUEUE.unlock_raw();
+    }
+}
+
+pub fn reset_all_in_child() {
+    unlock_all_after_fork();
+}

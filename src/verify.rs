@@ -1,0 +1,101 @@
+//! Pointer verification for free, realloc and malloc_usable_size (spec §3.2).
+//!
+//! Unlike the reference, a pointer is looked up in the live table before anything behind it is
+//! read, and the header of an unknown pointer is read with `process_vm_readv`, which fails
+//! cleanly on unmapped memory: however wild the pointer, the check itself never faults.
+
+use crate::config::bits;
+use crate::failure;
+use crate::free_track::FREE_QUEUE;
+use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG};
+use crate::log::log_error;
+use crate::state::State;
+use crate::tracking;
+
+enum Problem {
+    UsedAfterFree,
+    InvalidTag(u32),
+    Unknown,
+}
+
+/// True if `pointer` may be operated on; otherwise the error has been reported (and the
+/// process aborted under abort_on_error). `function` is `free`, `realloc` or
+/// `malloc_usable_size`.
+pub fn check(state: &State, pointer: usize, function: &str) -> bool {
+    let Some(problem) = find_problem(state, pointer) else {
+        return true;
+    };
+    failure::divider();
+    match problem {
+        Problem::UsedAfterFree => {
+            log_error!(
+                "+++ ALLOCATION 0x{:x} USED AFTER FREE ({})",
+                pointer,
+                function
+            )
+        }
+        Problem::InvalidTag(tag) => {
+            log_error!(
+                "+++ ALLOCATION 0x{:x} HAS INVALID TAG {:x} ({})",
+                pointer,
+                tag,
+                function
+            )
+        }
+        Problem::Unknown => log_error!(
+            "+++ ALLOCATION 0x{:x} UNKNOWN POINTER ({})",
+            pointer,
+            function
+        ),
+    }
+    if state.has(bits::FREE_TRACK)
+        && let Some(id) = FREE_QUEUE.free_backtrace_of(pointer)
+    {
+        log_error!("Backtrace of original free:");
+        failure::log_interned_backtrace(state, id);
+    }
+    failure::log_failure_backtrace(state);
+    failure::end_report(state);
+    false
+}
+
+fn find_problem(state: &State, pointer: usize) -> Option<Problem> {
+    let tracking = state.has(bits::TRACK_ALLOCS);
+    if !state.layout.header && !tracking {
+        return None;
+    }
+    let live = tracking && tracking::is_live(pointer);
+    if !state.layout.header {
+        return if live { None } else { Some(Problem::Unknown) };
+    }
+    let header = state.layout.header_of(pointer);
+    let tag = if live {
+        // SAFETY: a live allocation of ours: its header is mapped and ours.
+        Some(unsafe { core::ptr::addr_of!((*header).tag).read_unaligned() })
+    } else {
+        read_foreign_u32(header as usize)
+    };
+    match tag {
+        Some(DEBUG_TAG) if live => None,
+        Some(DEBUG_FREE_TAG) => Some(Problem::UsedAfterFree),
+        Some(tag) if tag != DEBUG_TAG => Some(Problem::InvalidTag(tag)),
+        _ => Some(Problem::Unknown),
+    }
+}
+
+/// Reads 4 bytes at an address that may not be mapped, without faulting.
+fn read_foreign_u32(address: usize) -> Option<u32> {
+    let mut value = 0u32;
+    let local = libc::iovec {
+        iov_base: (&mut value as *mut u32).cast(),
+        iov_len: 4,
+    };
+    let remote = libc::iovec {
+        iov_base: address as *mut libc::c_void,
+        iov_len: 4,
+    };
+    // SAFETY: the kernel copies from our own address space and reports EFAULT instead of
+    // faulting; `local` points at a live u32.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == 4).then_some(value)
+}

@@ -1,0 +1,253 @@
+//! The library driven the way bionic drives it, without the front: a C driver `dlopen`s
+//! libc_malloc_debug.so, resolves every `debug_` name, hands it glibc's allocator as the
+//! `MallocDispatch` and runs one scenario per process (tests/abi/driver.c).
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::process::Output;
+
+#[allow(dead_code)]
+#[path = "../src/dispatch.rs"]
+mod dispatch;
+
+/// The driver is named like the reference's unit tests' fake program name.
+fn driver() -> std::path::PathBuf {
+    compile_c("malloc_testing", "tests/abi/driver.c", &[])
+}
+
+fn run(scenario: &str, options: &str) -> Output {
+    let lib = lib_path();
+    let mut cmd = clean_command(driver());
+    cmd.arg(&lib).arg(scenario).arg(options);
+    cmd.output().expect("run driver")
+}
+
+/// (priority, message) of every malloc_debug record.
+fn records(output: &Output) -> Vec<(char, String)> {
+    log_lines(&output.stderr)
+        .into_iter()
+        .filter(|l| l.tag == "malloc_debug")
+        .map(|l| (l.prio, l.msg))
+        .collect()
+}
+
+const USAGE_1: &str = "For malloc debug option descriptions go to:";
+const USAGE_2: &str =
+    "  https://android.googlesource.com/platform/bionic/+/main/libc/malloc_debug/README.md";
+
+#[test]
+fn dispatch_layout_matches_the_c_header() {
+    let program = compile_c("layout", "tests/abi/layout.c", &[]);
+    let out = run_plain(&program, &[]);
+    assert_exit_code(&out, 0);
+    let c: BTreeMap<String, usize> = stdout_of(&out)
+        .lines()
+        .map(|l| {
+            let (k, v) = l.split_once(' ').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect();
+    use core::mem::offset_of;
+    use dispatch::MallocDispatch as D;
+    let rust: BTreeMap<String, usize> = [
+        ("calloc", offset_of!(D, calloc)),
+        ("free", offset_of!(D, free)),
+        ("mallinfo", offset_of!(D, mallinfo)),
+        ("malloc", offset_of!(D, malloc)),
+        ("malloc_usable_size", offset_of!(D, malloc_usable_size)),
+        ("memalign", offset_of!(D, memalign)),
+        ("posix_memalign", offset_of!(D, posix_memalign)),
+        ("realloc", offset_of!(D, realloc)),
+        ("malloc_iterate", offset_of!(D, malloc_iterate)),
+        ("malloc_disable", offset_of!(D, malloc_disable)),
+        ("malloc_enable", offset_of!(D, malloc_enable)),
+        ("mallopt", offset_of!(D, mallopt)),
+        ("aligned_alloc", offset_of!(D, aligned_alloc)),
+        ("malloc_info", offset_of!(D, malloc_info)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("offset.{k}"), v))
+    .chain([
+        ("sizeof".to_string(), size_of::<D>()),
+        ("alignof".to_string(), align_of::<D>()),
+        (
+            "mallinfo.sizeof".to_string(),
+            size_of::<dispatch::Mallinfo>(),
+        ),
+    ])
+    .collect();
+    assert_eq!(c, rust);
+    // And both agree with the spec's LP64 table (abi-and-dumps §2.1).
+    if cfg!(target_pointer_width = "64") {
+        assert_eq!(rust["offset.malloc_info"], 104);
+        assert_eq!(rust["sizeof"], 128);
+        assert_eq!(rust["alignof"], 32);
+    }
+}
+
+#[test]
+fn verbose_logs_exactly_the_enable_line() {
+    let out = run("init", "verbose");
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "initialize=1\n");
+    assert_eq!(
+        records(&out),
+        vec![('I', "malloc_testing: malloc debug enabled".to_string())]
+    );
+}
+
+#[test]
+fn without_verbose_nothing_is_logged() {
+    let out = run("init", "fill expand_alloc");
+    assert_eq!(stdout_of(&out), "initialize=1\n");
+    assert_eq!(records(&out), vec![]);
+}
+
+#[test]
+fn bad_option_fails_with_message_and_usage() {
+    let out = run("init", "foo");
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "initialize=0\n");
+    assert_eq!(
+        records(&out),
+        vec![
+            ('E', "malloc_testing: unknown option foo".to_string()),
+            ('E', USAGE_1.to_string()),
+            ('E', USAGE_2.to_string()),
+        ]
+    );
+}
+
+#[test]
+fn bad_value_fails_with_the_first_error_only() {
+    let out = run("init", "verbose backtrace=257 guard=0");
+    assert_eq!(stdout_of(&out), "initialize=0\n");
+    assert_eq!(
+        records(&out),
+        vec![
+            (
+                'E',
+                "malloc_testing: bad value for option 'backtrace', value must be <= 256: 257"
+                    .to_string()
+            ),
+            ('E', USAGE_1.to_string()),
+            ('E', USAGE_2.to_string()),
+        ]
+    );
+}
+
+#[test]
+fn null_arguments_fail_silently() {
+    let out = run("null-args", "verbose");
+    assert_eq!(
+        stdout_of(&out),
+        "null zygote=0\nnull options=0\ninitialize=1\n"
+    );
+    assert_eq!(
+        records(&out),
+        vec![('I', "malloc_testing: malloc debug enabled".to_string())]
+    );
+}
+
+#[test]
+fn android_9_int_zygote_flag_is_accepted() {
+    let out = run("int-zygote", "verbose leak_track");
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "initialize=1\n");
+}
+
+#[test]
+fn options_string_is_copied() {
+    let out = run("options-copied", "expand_alloc=100");
+    assert_exit_code(&out, 0);
+    let usable: usize = stdout_of(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("usable="))
+        .expect("usable line")
+        .parse()
+        .unwrap();
+    assert!(
+        usable >= 101,
+        "expand_alloc=100 must still apply after the options buffer died: {usable}"
+    );
+}
+
+#[test]
+fn second_initialize_is_refused() {
+    let out = run("twice", "");
+    assert_eq!(stdout_of(&out), "initialize=1\nsecond=0\n");
+}
+
+#[test]
+fn every_entry_point_in_pass_through_form() {
+    for options in [
+        " ",
+        "fill expand_alloc=24",
+        "verify_pointers",
+        "guard",
+        "free_track=10 leak_track",
+    ] {
+        let out = run("surface", options);
+        assert_exit_code(&out, 0);
+        let stdout = stdout_of(&out);
+        assert!(
+            stdout.contains("surface ok\nleak api ok\n"),
+            "options {options:?}:\n{stdout}"
+        );
+        assert_eq!(
+            records(&out),
+            vec![
+                ('E', "get_malloc_leak_info: At least one invalid parameter.".to_string()),
+                (
+                    'E',
+                    "get_malloc_leak_info: Allocations not being tracked, to enable set the option 'backtrace'."
+                        .to_string()
+                ),
+            ],
+            "options {options:?}"
+        );
+    }
+}
+
+#[test]
+fn finalize_is_idempotent_while_other_threads_allocate() {
+    for options in ["fill", "guard free_track leak_track"] {
+        let out = run("finalize-threads", options);
+        assert_exit_code(&out, 0);
+        assert!(
+            stdout_of(&out).ends_with("finalize ok\n"),
+            "{options}: {}",
+            stdout_of(&out)
+        );
+    }
+}
+
+#[test]
+fn verbose_run_lines_in_reference_order() {
+    let out = run(
+        "init",
+        "verbose check_unreachable_on_signal log_allocator_stats_on_signal record_allocs backtrace backtrace_enable_on_signal",
+    );
+    assert_eq!(stdout_of(&out), "initialize=1\n");
+    let lines = log_lines(&out.stderr);
+    let pid = lines.first().expect("log lines").pid;
+    let expected: Vec<(char, String)> = [
+        (45, "enable backtracing"),
+        (47, "dump the backtrace"),
+        (46, "dump the allocation records"),
+        (49, "log allocator stats"),
+        (48, "check for unreachable memory"),
+    ]
+    .iter()
+    .map(|(sig, what)| {
+        (
+            'I',
+            format!("malloc_testing: Run: 'kill -{sig} {pid}' to {what}."),
+        )
+    })
+    .chain([('I', "malloc_testing: malloc debug enabled".to_string())])
+    .collect();
+    assert_eq!(records(&out), expected);
+}

@@ -1,0 +1,385 @@
+//! The library under real bionic, without a device: Android root filesystems (ANDROID-TESTBEDS.md)
+//! run with bwrap/proot by scripts/android-rootfs-run, the log captured from /dev/socket/logdw.
+//!
+//! `ANDROID_ROOTFS=/path` (an x86_64 root, e.g. Android 11 or 9) and optionally
+//! `ANDROID_ROOTFS_ARM64=/path` (an arm64 root, run under qemu-aarch64-static) select the roots.
+//! Without them every test prints a loud SKIPPED warning and passes. The roots are only read,
+//! except that the test program and (for the duration of a run) the library are copied into
+//! `/data/local/tmp` of the root.
+//!
+//! Scenarios: `verbose` through the LD_LIBRARY_PATH fallback (the exact INFO line
+//! `malloc_debug: malloc_test: malloc debug enabled`), the com_android_runtime namespace path
+//! (Android 11 roots), a bad option (libc's `failed to enable malloc debug`), and the library's
+//! imports checked against the root's own libc/libdl/liblog.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+
+const SKIPPED_STATUS: i32 = 3;
+const PROGRAM_IN_ROOT: &str = "/data/local/tmp/malloc_debug_test/malloc_test";
+const PROGRAM_NAME: &str = "malloc_test";
+const ENABLED_LINE: &str = "I malloc_debug: malloc_test: malloc debug enabled";
+
+/// What tests/../scripts/android-test-program/malloc_test.c prints when everything works.
+const EXPECTED_STDOUT: &[&str] = &[
+    "malloc(100): ok",
+    "malloc_usable_size >= 100: ok",
+    "realloc(1000) keeps contents: ok",
+    "realloc(10) keeps contents: ok",
+    "calloc(10, 10) zeroed: ok",
+    "posix_memalign(64, 200): ok",
+    "64 mallocs: ok",
+    "free(NULL): ok",
+    "malloc_test: done",
+];
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir().join("target"))
+}
+
+fn skipped(what: &str) {
+    eprintln!("########################################################################");
+    eprintln!("WARNING: {what}; Android root filesystem checks SKIPPED");
+    eprintln!("########################################################################");
+}
+
+/// Runs of the same root share /data/local/tmp/malloc_debug_lib and /linkerconfig: one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Root {
+    dir: PathBuf,
+    /// Rust target triple of the root's architecture.
+    target: &'static str,
+}
+
+fn root(var: &str, target: &'static str) -> Option<Root> {
+    let Some(dir) = std::env::var_os(var).filter(|v| !v.is_empty()) else {
+        skipped(&format!("{var} is not set"));
+        return None;
+    };
+    let dir = PathBuf::from(dir);
+    assert!(
+        dir.join("system/bin/linker64").symlink_metadata().is_ok(),
+        "{var}={} has no system/bin/linker64 (see ANDROID-TESTBEDS.md)",
+        dir.display()
+    );
+    Some(Root { dir, target })
+}
+
+/// scripts/build-android for one target (once per test binary). `None`: targets unavailable.
+fn android_lib(target: &'static str) -> Option<PathBuf> {
+    /// Per target: the release directory, or `None` when the targets are unavailable.
+    type Built = Vec<(&'static str, Option<PathBuf>)>;
+    static BUILT: Mutex<Built> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, lib)) = built.iter().find(|(t, _)| *t == target) {
+        return lib.clone();
+    }
+    let out = Command::new("bash")
+        .arg(manifest_dir().join("scripts/build-android"))
+        .arg(target)
+        .current_dir(manifest_dir())
+        .output()
+        .expect("run scripts/build-android");
+    let lib = if out.status.code() == Some(SKIPPED_STATUS) {
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        skipped("Android targets unavailable");
+        None
+    } else {
+        assert!(
+            out.status.success(),
+            "scripts/build-android {target} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(target_dir().join(target).join("release"))
+    };
+    built.push((target, lib.clone()));
+    lib
+}
+
+/// Builds scripts/android-test-program against the root and copies it to PROGRAM_IN_ROOT.
+fn install_test_program(root: &Root) {
+    let arch = root.target.split('-').next().unwrap_or_default();
+    let out_file = target_dir()
+        .join("android-test-program")
+        .join(arch)
+        .join(PROGRAM_NAME);
+    let out = Command::new("bash")
+        .arg(manifest_dir().join("scripts/android-test-program/build"))
+        .arg("-o")
+        .arg(&out_file)
+        .env("ANDROID_ROOTFS", &root.dir)
+        .output()
+        .expect("run scripts/android-test-program/build");
+    assert!(
+        out.status.success(),
+        "building the test program failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dest = root.dir.join(PROGRAM_IN_ROOT.trim_start_matches('/'));
+    fs::create_dir_all(dest.parent().expect("parent")).expect("mkdir in root");
+    fs::copy(&out_file, &dest).expect("copy the test program into the root");
+}
+
+struct Run {
+    output: Output,
+    log: Vec<String>,
+}
+
+impl Run {
+    fn stdout_lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.output.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "status: {}\n--- stdout\n{}--- stderr\n{}--- log\n{}",
+            self.output.status,
+            String::from_utf8_lossy(&self.output.stdout),
+            String::from_utf8_lossy(&self.output.stderr),
+            self.log.join("\n")
+        )
+    }
+
+    fn assert_program_ok(&self) {
+        assert!(
+            self.output.status.success(),
+            "program failed\n{}",
+            self.describe()
+        );
+        assert_eq!(
+            self.stdout_lines(),
+            EXPECTED_STDOUT,
+            "program output\n{}",
+            self.describe()
+        );
+    }
+
+    fn assert_log_has(&self, line: &str) {
+        assert!(
+            self.log.iter().any(|l| l == line),
+            "log line {line:?} missing\n{}",
+            self.describe()
+        );
+    }
+}
+
+fn run_in_root(root: &Root, lib_dir: &Path, options: &str, extra: &[&str]) -> Run {
+    let log_file = target_dir().join(format!(
+        "android-rootfs-{}-{}.log",
+        root.target,
+        std::process::id()
+    ));
+    let _ = fs::remove_file(&log_file);
+    let output = Command::new("bash")
+        .arg(manifest_dir().join("scripts/android-rootfs-run"))
+        .arg("--lib")
+        .arg(lib_dir)
+        .arg("--options")
+        .arg(options)
+        .arg("--log")
+        .arg(&log_file)
+        .args(extra)
+        .arg("--")
+        .arg(PROGRAM_IN_ROOT)
+        .env("ANDROID_ROOTFS", &root.dir)
+        .output()
+        .expect("run scripts/android-rootfs-run");
+    let log = fs::read_to_string(&log_file)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let _ = fs::remove_file(&log_file);
+    let run = Run { output, log };
+    eprintln!(
+        "=== {} options={options:?} {extra:?}\n{}",
+        root.target,
+        run.describe()
+    );
+    run
+}
+
+fn setup(var: &str, target: &'static str) -> Option<(Root, PathBuf)> {
+    let root = root(var, target)?;
+    let lib = android_lib(target)?;
+    install_test_program(&root);
+    Some((root, lib))
+}
+
+/// Android 11+ libc looks for the `com_android_runtime` namespace (Android 10: `runtime`).
+fn has_com_android_runtime_namespace(root: &Root) -> bool {
+    let libc = resolve_in_root(&root.dir, "system/lib64/libc.so");
+    let bytes = fs::read(libc).unwrap_or_default();
+    bytes
+        .windows(b"com_android_runtime".len())
+        .any(|w| w == b"com_android_runtime")
+}
+
+/// Follows a (possibly absolute, root-relative) symlink inside the root.
+fn resolve_in_root(root: &Path, rel: &str) -> PathBuf {
+    let mut path = root.join(rel);
+    for _ in 0..8 {
+        match fs::read_link(&path) {
+            Ok(target) if target.is_absolute() => {
+                path = root.join(target.strip_prefix("/").unwrap_or(&target));
+            }
+            Ok(target) => path = path.parent().unwrap_or(root).join(target),
+            Err(_) => break,
+        }
+    }
+    path
+}
+
+fn dynamic_names(so: &Path, flag: &str) -> BTreeSet<String> {
+    let out = Command::new("nm")
+        .args(["-D", flag])
+        .arg(so)
+        .output()
+        .expect("run nm");
+    assert!(out.status.success(), "nm -D {flag} {}", so.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| flag != "--undefined-only" || l.trim_start().starts_with("U "))
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|n| n.split('@').next().unwrap_or_default().to_string())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn x86_64_verbose_under_real_bionic() {
+    let _serial = serial();
+    let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
+        return;
+    };
+    let run = run_in_root(&root, &lib, "verbose", &[]);
+    run.assert_program_ok();
+    run.assert_log_has(ENABLED_LINE);
+    assert!(
+        !run.log.iter().any(|l| l.starts_with("E libc:")),
+        "libc reported an error\n{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn x86_64_namespace_path() {
+    let _serial = serial();
+    let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
+        return;
+    };
+    if !has_com_android_runtime_namespace(&root) {
+        skipped(
+            "the ANDROID_ROOTFS libc predates the com_android_runtime namespace (Android < 11)",
+        );
+        return;
+    }
+    if root
+        .dir
+        .join("apex/com.android.runtime/lib64/libc_malloc_debug.so")
+        .exists()
+    {
+        skipped("the root ships its own apex libc_malloc_debug.so; namespace check");
+        return;
+    }
+    let run = run_in_root(&root, &lib, "verbose", &["--namespace"]);
+    run.assert_program_ok();
+    run.assert_log_has(ENABLED_LINE);
+    assert!(
+        !run.log
+            .iter()
+            .any(|l| l.contains("Unable to open shared library")),
+        "the namespace lookup failed\n{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn x86_64_bad_option_fails_like_bionic() {
+    let _serial = serial();
+    let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
+        return;
+    };
+    let run = run_in_root(&root, &lib, "foo", &[]);
+    // The program still runs, with the native allocator.
+    run.assert_program_ok();
+    run.assert_log_has("E malloc_debug: malloc_test: unknown option foo");
+    run.assert_log_has("E libc: malloc_test: failed to enable malloc debug");
+    assert!(
+        !run.log.iter().any(|l| l == ENABLED_LINE),
+        "enabled anyway\n{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn x86_64_imports_exist_in_the_roots_bionic() {
+    let Some(root) = root("ANDROID_ROOTFS", "x86_64-linux-android") else {
+        return;
+    };
+    let Some(lib) = android_lib("x86_64-linux-android") else {
+        return;
+    };
+    imports_exist(&root, &lib);
+}
+
+#[test]
+fn arm64_verbose_under_qemu() {
+    let _serial = serial();
+    let Some((root, lib)) = setup("ANDROID_ROOTFS_ARM64", "aarch64-linux-android") else {
+        return;
+    };
+    let run = run_in_root(&root, &lib, "verbose", &[]);
+    run.assert_program_ok();
+    run.assert_log_has(ENABLED_LINE);
+}
+
+#[test]
+fn arm64_imports_exist_in_the_roots_bionic() {
+    let Some(root) = root("ANDROID_ROOTFS_ARM64", "aarch64-linux-android") else {
+        return;
+    };
+    let Some(lib) = android_lib("aarch64-linux-android") else {
+        return;
+    };
+    imports_exist(&root, &lib);
+}
+
+/// Every strong import of our library is exported by the root's libc, libdl or liblog (what the
+/// stub lists promise, checked against a real bionic of that release).
+fn imports_exist(root: &Root, lib_dir: &Path) {
+    let mut provided = BTreeSet::new();
+    for lib in ["libc.so", "libdl.so", "liblog.so"] {
+        let path = resolve_in_root(&root.dir, &format!("system/lib64/{lib}"));
+        provided.extend(dynamic_names(&path, "--defined-only"));
+    }
+    let missing: Vec<String> =
+        dynamic_names(&lib_dir.join("libc_malloc_debug.so"), "--undefined-only")
+            .into_iter()
+            .filter(|name| !provided.contains(name))
+            .collect();
+    assert!(
+        missing.is_empty(),
+        "{}: imports not exported by the root's libc/libdl/liblog: {missing:?}",
+        root.target
+    );
+}

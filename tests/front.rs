@@ -1,0 +1,530 @@
+//! Integration tests of the glibc front (`libmalloc_debug_front.so`, ffi/front/): how it decides
+//! to load the library, bionic's failure messages, forwarding of bionic's leak API, the bootstrap
+//! arena, and real programs running unchanged under malloc debug.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+use std::process::Output;
+
+const USAGE_1: &str = "For malloc debug option descriptions go to:";
+const USAGE_2: &str =
+    "  https://android.googlesource.com/platform/bionic/+/main/libc/malloc_debug/README.md";
+const FALLBACK_DUMP: &str = "Native heap dump not available. To enable, run these commands \
+                             (requires root):\n# adb shell stop\n# adb shell setprop \
+                             libc.debug.malloc.options backtrace\n# adb shell start\n";
+
+fn probe() -> PathBuf {
+    compile_c("probe", programs_dir().join("probe.c"), &[])
+}
+
+/// The stand-in library (tests/programs/fake_debug_lib.c), with `defines` to leave symbols out.
+fn fake_lib(name: &str, defines: &[&str]) -> PathBuf {
+    let mut args = vec!["-shared", "-fPIC", "-fvisibility=hidden"];
+    args.extend_from_slice(defines);
+    compile_c(name, programs_dir().join("fake_debug_lib.c"), &args)
+}
+
+fn with_lib(lib: &std::path::Path) -> String {
+    lib.to_str().expect("UTF-8 path").to_string()
+}
+
+fn lines(text: &str) -> Vec<&str> {
+    text.lines().collect()
+}
+
+/// stderr consists of log lines only, and they are exactly `expected` (tag, priority, message).
+fn assert_log(output: &Output, expected: &[(&str, char, &str)]) {
+    let stderr = stderr_of(output);
+    assert!(
+        non_log_lines(&output.stderr).is_empty(),
+        "stray stderr lines:\n{stderr}"
+    );
+    let got: Vec<(String, char, String)> = log_lines(&output.stderr)
+        .into_iter()
+        .map(|l| (l.tag, l.prio, l.msg))
+        .collect();
+    let want: Vec<(String, char, String)> = expected
+        .iter()
+        .map(|(t, p, m)| (t.to_string(), *p, m.to_string()))
+        .collect();
+    assert_eq!(got, want, "stderr:\n{stderr}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deciding whether to load.
+
+#[test]
+fn no_options_loads_nothing() {
+    let probe = probe();
+    for options in [None, Some("")] {
+        let out = run_under_front(&probe, &["maps", LIB_NAME], options, &[]);
+        assert_exit_code(&out, 0);
+        assert_eq!(
+            stdout_of(&out),
+            "mapped=no\nalloc ok\n",
+            "options {options:?}"
+        );
+        assert_eq!(stderr_of(&out), "", "options {options:?}");
+    }
+}
+
+#[test]
+fn program_filter_mismatch_loads_nothing() {
+    let out = run_under_front(
+        probe(),
+        &["maps", LIB_NAME],
+        Some("verbose"),
+        &[("LIBC_DEBUG_MALLOC_PROGRAM", "not_this_program")],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "mapped=no\nalloc ok\n");
+    assert_eq!(stderr_of(&out), "");
+}
+
+#[test]
+fn program_filter_substring_match_loads() {
+    let out = run_under_front(
+        probe(),
+        &["maps", LIB_NAME],
+        Some("verbose"),
+        &[("LIBC_DEBUG_MALLOC_PROGRAM", "rob")],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "mapped=yes\nalloc ok\n");
+    assert_log(
+        &out,
+        &[("malloc_debug", 'I', "probe: malloc debug enabled")],
+    );
+}
+
+#[test]
+fn default_library_is_next_to_the_front() {
+    // No LIBC_DEBUG_MALLOC_LIB: the front finds libc_malloc_debug.so in its own directory.
+    let out = run_under_front(
+        probe(),
+        &["maps", &with_lib(&lib_path())],
+        Some("verbose"),
+        &[],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "mapped=yes\nalloc ok\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// bionic's failure messages; the program always goes on with glibc's allocator.
+
+#[test]
+fn missing_library_is_reported_and_program_runs() {
+    let missing = "/nonexistent-malloc-debug-dir/libc_malloc_debug.so";
+    let out = run_under_front(
+        probe(),
+        &["maps", "nonexistent-malloc-debug-dir"],
+        Some("verbose"),
+        &[("LIBC_DEBUG_MALLOC_LIB", missing)],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "mapped=no\nalloc ok\n");
+    let msg = format!(
+        "probe: Unable to open shared library {missing}: {missing}: cannot open shared object \
+         file: No such file or directory"
+    );
+    assert_log(&out, &[("libc", 'E', &msg)]);
+    let line = &log_lines(&out.stderr)[0];
+    assert_eq!(line.pid, line.tid, "initialised on the main thread");
+}
+
+#[test]
+fn library_without_a_dispatch_entry_is_rejected() {
+    let lib = fake_lib("libfake_no_malloc_info.so", &["-DOMIT_MALLOC_INFO"]);
+    let out = run_under_front(
+        probe(),
+        &["maps", "libfake_no_malloc_info"],
+        Some("verbose"),
+        &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
+    );
+    assert_exit_code(&out, 0);
+    // dlclosed again, and debug_initialize never called (it would print "FAKE: initialize").
+    assert_eq!(stdout_of(&out), "mapped=no\nalloc ok\n");
+    assert_log(
+        &out,
+        &[("libc", 'E', "probe: dlsym(\"debug_malloc_info\") failed")],
+    );
+}
+
+#[test]
+fn library_without_a_control_function_is_rejected() {
+    let lib = fake_lib("libfake_no_finalize.so", &["-DOMIT_FINALIZE"]);
+    let out = run_under_front(
+        probe(),
+        &["maps", "libfake_no_finalize"],
+        Some("verbose"),
+        &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "mapped=no\nalloc ok\n");
+    let msg = format!(
+        "probe: debug_finalize routine not found in {}",
+        lib.display()
+    );
+    assert_log(&out, &[("libc", 'E', &msg)]);
+}
+
+#[test]
+fn failed_initialize_is_reported_and_library_unloaded() {
+    let lib = fake_lib("libfake_debug.so", &[]);
+    let out = run_under_front(
+        probe(),
+        &["maps", "libfake_debug"],
+        Some("fail"),
+        &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "mapped=no\nalloc ok\n");
+    assert_log(
+        &out,
+        &[("libc", 'E', "probe: failed to enable malloc debug")],
+    );
+}
+
+#[test]
+fn bad_option_messages_use_the_program_name() {
+    let out = run_under_front(probe(), &["maps", LIB_NAME], Some("foo"), &[]);
+    assert_exit_code(&out, 0);
+    assert!(
+        stdout_of(&out).ends_with("alloc ok\n"),
+        "{}",
+        stdout_of(&out)
+    );
+    assert_log(
+        &out,
+        &[
+            ("malloc_debug", 'E', "probe: unknown option foo"),
+            ("malloc_debug", 'E', USAGE_1),
+            ("malloc_debug", 'E', USAGE_2),
+            ("libc", 'E', "probe: failed to enable malloc debug"),
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The contract with a loaded library, checked with the stand-in library.
+
+#[test]
+fn fake_library_sees_glibc_dispatch_and_is_finalized_at_exit() {
+    let lib = fake_lib("libfake_debug.so", &[]);
+    let out = run_under_front(
+        probe(),
+        &["maps", "libfake_debug"],
+        Some("opt1  early"),
+        &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "mapped=yes\nalloc ok\n");
+    assert_eq!(
+        lines(&stderr_of(&out)),
+        [
+            "FAKE: initialize options=opt1  early zygote=0",
+            // The fake's constructor allocated from the bootstrap arena (malloc, calloc, free).
+            "FAKE: early usable=100 ok=1",
+            "FAKE: native ok=1 iterate=-1 errno_enotsup=1",
+            "FAKE: finalize",
+        ]
+    );
+}
+
+#[test]
+fn arena_blocks_survive_bootstrap() {
+    // After initialisation, blocks the library got from the arena can be realloc'ed (copied
+    // out) and freed (ignored).
+    let lib = fake_lib("libfake_debug.so", &[]);
+    let lib_str = with_lib(&lib);
+    let out = run_under_front(
+        probe(),
+        &["early", &lib_str],
+        Some("x"),
+        &[("LIBC_DEBUG_MALLOC_LIB", &lib_str)],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "early check=0\n");
+}
+
+#[test]
+fn other_threads_allocate_during_bootstrap() {
+    // Threads started by the library's constructor allocate while the front is still
+    // bootstrapping: they use the arena, wait for the table once it is exhausted, and their
+    // blocks stay valid (realloc/usable_size/free) afterwards.
+    let lib = fake_lib("libfake_debug.so", &[]);
+    let lib_str = with_lib(&lib);
+    let out = run_under_front(
+        probe(),
+        &["threads", &lib_str],
+        Some("x"),
+        &[
+            ("LIBC_DEBUG_MALLOC_LIB", &lib_str),
+            ("FAKE_BOOTSTRAP_THREADS", "1"),
+        ],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "bootstrap threads errors=0\n");
+}
+
+#[test]
+fn leak_api_is_forwarded_to_the_library() {
+    let lib = fake_lib("libfake_debug.so", &[]);
+    let out = run_under_front(
+        probe(),
+        &["leak"],
+        Some("x"),
+        &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(
+        stdout_of(&out),
+        "null-arg untouched=1\n\
+         leak info=set overall=40 info_size=40 total=2468 backtrace_size=3\n\
+         record size=1234 num=2 frames=0x1000,0x2000,0x3000\n\
+         malloc_backtrace=2 first=0xabc0\n\
+         FAKE HEAP DUMP\n\
+         write_malloc_leak_info=1 enotsup=0\n\
+         android_mallopt get=1 errno_enotsup=0 overall=40\n\
+         android_mallopt free=1\n\
+         android_mallopt bad size=0 einval=1\n\
+         FAKE HEAP DUMP\n\
+         android_mallopt write=1 enotsup=0\n"
+    );
+    let stderr = stderr_of(&out);
+    assert_eq!(
+        stderr.matches("FAKE: free_malloc_leak_info buffer").count(),
+        2,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn zygote_flag_reaches_the_library() {
+    let lib = fake_lib("libfake_debug.so", &[]);
+    let out = run_under_front(
+        probe(),
+        &["zygote"],
+        Some("x"),
+        &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
+    );
+    assert_exit_code(&out, 0);
+    assert_eq!(
+        stdout_of(&out),
+        "set zygote with arg=0 einval=1\nset zygote=1\nzygote bit=1\n"
+    );
+}
+
+#[test]
+fn leak_api_without_malloc_debug() {
+    let out = run_under_front(probe(), &["leak"], None, &[]);
+    assert_exit_code(&out, 0);
+    assert_eq!(
+        stdout_of(&out),
+        format!(
+            "null-arg untouched=1\n\
+             leak info=null overall=0 info_size=0 total=0 backtrace_size=0\n\
+             malloc_backtrace=0 first=0\n\
+             {FALLBACK_DUMP}\
+             write_malloc_leak_info=0 enotsup=1\n\
+             android_mallopt get=0 errno_enotsup=1 overall=0\n\
+             android_mallopt bad size=0 einval=1\n\
+             {FALLBACK_DUMP}\
+             android_mallopt write=0 enotsup=1\n"
+        )
+    );
+    assert_eq!(stderr_of(&out), "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real library.
+
+#[test]
+fn verbose_logs_exactly_one_line() {
+    let out = run_under_front(probe(), &["maps", LIB_NAME], Some("verbose"), &[]);
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "mapped=yes\nalloc ok\n");
+    assert_log(
+        &out,
+        &[("malloc_debug", 'I', "probe: malloc debug enabled")],
+    );
+    let line = &log_lines(&out.stderr)[0];
+    assert_eq!(line.pid, line.tid, "initialised on the main thread");
+}
+
+#[test]
+fn leak_api_with_library_but_no_backtrace_option() {
+    let out = run_under_front(probe(), &["leak"], Some("verbose"), &[]);
+    assert_exit_code(&out, 0);
+    assert_eq!(
+        stdout_of(&out),
+        format!(
+            "null-arg untouched=1\n\
+             leak info=null overall=0 info_size=0 total=0 backtrace_size=0\n\
+             malloc_backtrace=0 first=0\n\
+             {FALLBACK_DUMP}\
+             write_malloc_leak_info=0 enotsup=1\n\
+             android_mallopt get=1 errno_enotsup=0 overall=0\n\
+             android_mallopt free=1\n\
+             android_mallopt bad size=0 einval=1\n\
+             {FALLBACK_DUMP}\
+             android_mallopt write=0 enotsup=1\n"
+        )
+    );
+    let not_tracked = "get_malloc_leak_info: Allocations not being tracked, to enable set the \
+                       option 'backtrace'.";
+    assert_log(
+        &out,
+        &[
+            ("malloc_debug", 'I', "probe: malloc debug enabled"),
+            ("malloc_debug", 'E', not_tracked),
+            ("malloc_debug", 'E', not_tracked),
+        ],
+    );
+}
+
+#[test]
+fn malloc_family_semantics_through_the_front() {
+    for options in [None, Some("verbose")] {
+        let out = run_under_front(probe(), &["api"], options, &[]);
+        assert_exit_code(&out, 0);
+        assert_eq!(stdout_of(&out), "api ok\n", "options {options:?}");
+    }
+}
+
+#[test]
+fn scripts_run_passes_options_and_exit_status() {
+    let script = manifest_dir().join("scripts").join("run");
+    let probe = probe();
+    let probe_str = probe.to_str().expect("UTF-8 path");
+    let mut cmd = clean_command(&script);
+    cmd.args(["--options", "verbose", "--", probe_str, "maps", LIB_NAME]);
+    let out = cmd.output().expect("run scripts/run");
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "mapped=yes\nalloc ok\n");
+    assert_log(
+        &out,
+        &[("malloc_debug", 'I', "probe: malloc debug enabled")],
+    );
+
+    let mut cmd = clean_command(&script);
+    cmd.args(["--", probe_str, "no-such-scenario"]);
+    let out = cmd.output().expect("run scripts/run");
+    assert_exit_code(&out, 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real programs under `verbose`: same stdout and exit code as without the front, and nothing on
+// stderr but the one `malloc debug enabled` line.
+
+fn assert_runs_unchanged(program: &std::path::Path, args: &[&str], attempts: usize) {
+    let name = progname(program);
+    let mut last = None;
+    for _ in 0..attempts {
+        let plain = run_plain(program, args);
+        let debug = run_under_front(program, args, Some("verbose"), &[]);
+        assert_eq!(
+            debug.status.code(),
+            plain.status.code(),
+            "{name}: exit status differs\nstderr under the front:\n{}",
+            stderr_of(&debug)
+        );
+        assert_log(
+            &debug,
+            &[(
+                "malloc_debug",
+                'I',
+                &format!("{name}: malloc debug enabled"),
+            )],
+        );
+        if debug.stdout == plain.stdout {
+            return;
+        }
+        last = Some((plain, debug));
+    }
+    let (plain, debug) = last.expect("at least one attempt");
+    assert_eq!(
+        stdout_of(&debug),
+        stdout_of(&plain),
+        "{name}: stdout differs"
+    );
+}
+
+#[test]
+fn real_program_ls() {
+    // `ls -la /` shows directory times that other processes may change (e.g. /tmp) between the
+    // two runs: allow a few attempts.
+    let ls = which("ls");
+    assert_runs_unchanged(&ls, &["-la", "/"], 5);
+}
+
+#[test]
+fn real_program_python_threads() {
+    let python = python_executable();
+    let script = r#"
+import threading, zlib
+results = [None] * 8
+def work(i):
+    d = {}
+    for j in range(20000):
+        d["k%d_%d" % (i, j)] = ("v" * (j % 50)) + str(j) * (i + 1)
+    keys = sorted(d)
+    s = "".join(keys[:200]) + "".join(d[k] for k in keys[-200:])
+    results[i] = (len(d), sum(len(v) for v in d.values()), zlib.crc32(s.encode()))
+threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+for r in results: print(r)
+print("python ok")
+"#;
+    assert_runs_unchanged(&python, &["-c", script], 1);
+}
+
+#[test]
+fn real_program_cxx_exceptions() {
+    let exe = compile_c(
+        "exceptions",
+        programs_dir().join("exceptions.cpp"),
+        &["-O2"],
+    );
+    assert_runs_unchanged(&exe, &[], 1);
+    let out = run_plain(&exe, &[]);
+    assert!(
+        stdout_of(&out).ends_with("total 22933\n"),
+        "{}",
+        stdout_of(&out)
+    );
+}
+
+#[test]
+fn real_program_threaded_stress() {
+    let exe = compile_c("stress", programs_dir().join("stress.c"), &["-O2"]);
+    assert_runs_unchanged(&exe, &[], 1);
+    let out = run_plain(&exe, &[]);
+    assert!(
+        stdout_of(&out).ends_with("stress ok\n"),
+        "{}",
+        stdout_of(&out)
+    );
+}
+
+fn which(program: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} not found in PATH"))
+}
+
+/// The real interpreter (not a pyenv-style wrapper script, which would run other programs).
+fn python_executable() -> PathBuf {
+    let out = clean_command("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 is needed for this test (apt-get install python3)");
+    assert!(out.status.success(), "python3 failed: {}", stderr_of(&out));
+    PathBuf::from(stdout_of(&out).trim())
+}
