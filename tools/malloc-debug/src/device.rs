@@ -1,0 +1,229 @@
+//! `malloc-debug device ...`: adb helpers. `adb shell` joins its arguments with spaces and hands
+//! the line to the device's shell, so every argument that reaches the device shell is quoted
+//! here; the app wrapper property is quoted twice (once for the shell that runs the wrapper,
+//! once for `adb shell`). `$ADB` names the adb program (default `adb` on PATH).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::cli::{DeviceArgs, DeviceCommand};
+use crate::{Error, Result, err};
+
+/// Quotes a word for a POSIX shell (the device's mksh/toybox sh): bare when it is safe,
+/// otherwise in single quotes with embedded single quotes as `'\''`.
+pub fn sh_quote(s: &str) -> String {
+    let safe = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c));
+    if safe {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+struct Adb {
+    program: String,
+    serial: Option<String>,
+}
+
+impl Adb {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.program);
+        if let Some(s) = &self.serial {
+            c.args(["-s", s]);
+        }
+        c.args(args);
+        c
+    }
+
+    fn describe(&self, args: &[&str]) -> String {
+        let mut words = vec![self.program.clone()];
+        if let Some(s) = &self.serial {
+            words.extend(["-s".to_string(), s.clone()]);
+        }
+        words.extend(args.iter().map(|a| sh_quote(a)));
+        words.join(" ")
+    }
+
+    /// Runs adb with these arguments, echoing the command line; fails on a non-zero status.
+    fn run(&self, args: &[&str]) -> Result<()> {
+        eprintln!("+ {}", self.describe(args));
+        let status = self
+            .command(args)
+            .status()
+            .map_err(|e| err!("cannot run {}: {e}", self.program))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(err!("`{}` failed ({status})", self.describe(args)))
+        }
+    }
+
+    /// `adb shell` with each word quoted for the device shell.
+    fn shell(&self, words: &[&str]) -> Result<()> {
+        let quoted: Vec<String> = words.iter().map(|w| sh_quote(w)).collect();
+        let mut args = vec!["shell"];
+        args.extend(quoted.iter().map(String::as_str));
+        self.run(&args)
+    }
+
+    /// Like `shell`, but only reports whether the command succeeded (output discarded).
+    fn shell_ok(&self, words: &[&str]) -> bool {
+        let quoted: Vec<String> = words.iter().map(|w| sh_quote(w)).collect();
+        let mut args = vec!["shell"];
+        args.extend(quoted.iter().map(String::as_str));
+        self.command(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+/// bionic's PROP_VALUE_MAX is 92 bytes with the NUL; older releases refuse longer values.
+const PROP_VALUE_MAX: usize = 92;
+
+/// The value of `wrap.<package>`: the zygote runs `/system/bin/sh -c "<value> <app_process...>"`,
+/// so the options are one shell word inside it.
+pub fn wrap_value(options: &str, logwrapper: bool) -> String {
+    let mut v = format!("LIBC_DEBUG_MALLOC_OPTIONS={}", sh_quote(options));
+    if logwrapper {
+        v.push_str(" logwrapper");
+    }
+    v
+}
+
+pub fn main(args: DeviceArgs) -> Result<()> {
+    let adb = Adb {
+        program: std::env::var("ADB").unwrap_or_else(|_| "adb".to_string()),
+        serial: args.serial,
+    };
+    match args.command {
+        DeviceCommand::EnableProgram {
+            name,
+            options,
+            restart,
+        } => {
+            adb.shell(&["setprop", "libc.debug.malloc.program", &name])?;
+            adb.shell(&["setprop", "libc.debug.malloc.options", &options])?;
+            if restart {
+                adb.shell(&["stop"])?;
+                adb.shell(&["start"])?;
+            }
+            Ok(())
+        }
+        DeviceCommand::DisableProgram { restart } => {
+            adb.shell(&["setprop", "libc.debug.malloc.options", ""])?;
+            adb.shell(&["setprop", "libc.debug.malloc.program", ""])?;
+            if restart {
+                adb.shell(&["stop"])?;
+                adb.shell(&["start"])?;
+            }
+            Ok(())
+        }
+        DeviceCommand::EnableApp {
+            package,
+            options,
+            logwrapper,
+        } => {
+            let value = wrap_value(&options, logwrapper);
+            if value.len() >= PROP_VALUE_MAX {
+                eprintln!(
+                    "malloc-debug: warning: wrap.{package} value is {} bytes; Android releases \
+                     before 8 refuse values over {} bytes",
+                    value.len(),
+                    PROP_VALUE_MAX - 1
+                );
+            }
+            adb.shell(&["setprop", &format!("wrap.{package}"), &value])?;
+            adb.shell(&["am", "force-stop", &package])?;
+            eprintln!("malloc-debug: restart {package} to run it under malloc debug");
+            Ok(())
+        }
+        DeviceCommand::DisableApp { package } => {
+            adb.shell(&["setprop", &format!("wrap.{package}"), ""])?;
+            adb.shell(&["am", "force-stop", &package])
+        }
+        DeviceCommand::Dump {
+            pid,
+            out,
+            app,
+            prefix,
+        } => dump(&adb, pid, &out, app, &prefix),
+        DeviceCommand::PushLib { lib, lib32 } => push_lib(&adb, &lib, lib32),
+    }
+}
+
+/// How many times `dump` polls for the signal-triggered file (one second apart).
+const DUMP_POLLS: u32 = 30;
+
+fn dump(adb: &Adb, pid: u32, out: &Path, app: bool, prefix: &str) -> Result<()> {
+    let pid = pid.to_string();
+    let out_str = out.to_string_lossy();
+    if app {
+        // ActivityThread writes it through debug_write_malloc_leak_info (spec §8.1).
+        let remote = format!("/data/local/tmp/malloc-debug-heap.{pid}.txt");
+        adb.shell(&["am", "dumpheap", "-n", &pid, &remote])?;
+        adb.run(&["pull", &remote, &out_str])?;
+        return adb.shell(&["rm", "-f", &remote]);
+    }
+    // Native processes: SIGRTMAX-17 sets a flag; the dump is written at the next malloc/free.
+    let remote = format!("{prefix}.{pid}.txt");
+    adb.shell(&["kill", "-47", &pid])?;
+    for i in 0..DUMP_POLLS {
+        if adb.shell_ok(&["test", "-s", &remote]) {
+            adb.run(&["pull", &remote, &out_str])?;
+            eprintln!("malloc-debug: heap dump of {pid} written to {out_str}");
+            return Ok(());
+        }
+        if i + 1 < DUMP_POLLS {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
+    Err(Error(format!(
+        "{remote} did not appear on the device: is process {pid} running with a backtrace \
+         option, and has it allocated since the signal?"
+    )))
+}
+
+/// For testing on a userdebug device: bind-mounts the library over the runtime APEX's copy
+/// (until reboot; no remount of /system needed).
+fn push_lib(adb: &Adb, lib: &Path, lib32: bool) -> Result<()> {
+    if !lib.is_file() {
+        return Err(err!("{}: no such file", lib.display()));
+    }
+    let dir = if lib32 { "lib" } else { "lib64" };
+    let staged = format!("/data/local/tmp/{dir}-libc_malloc_debug.so");
+    let target = format!("/apex/com.android.runtime/{dir}/bionic/libc_malloc_debug.so");
+    adb.run(&["root"])?;
+    adb.run(&["wait-for-device"])?;
+    adb.run(&["push", &lib.to_string_lossy(), &staged])?;
+    adb.shell(&["chmod", "644", &staged])?;
+    adb.shell(&["chcon", "u:object_r:system_lib_file:s0", &staged])?;
+    // A second push replaces an earlier bind mount rather than stacking on it.
+    let _ = adb.shell_ok(&["umount", &target]);
+    adb.shell(&["mount", "-o", "bind", &staged, &target])?;
+    eprintln!(
+        "malloc-debug: {target} now is {} (until reboot); restart the processes to test",
+        lib.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(sh_quote("backtrace"), "backtrace");
+        assert_eq!(sh_quote("backtrace leak_track"), "'backtrace leak_track'");
+        assert_eq!(sh_quote(""), "''");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+        assert_eq!(
+            wrap_value("backtrace leak_track", true),
+            "LIBC_DEBUG_MALLOC_OPTIONS='backtrace leak_track' logwrapper"
+        );
+    }
+}

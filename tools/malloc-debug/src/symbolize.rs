@@ -1,0 +1,227 @@
+//! Symbolization of dump frames through the dump's MAPS: the frame's map gives the file and the
+//! file offset, the ELF program headers turn that into a virtual address, and then DWARF line
+//! info (addr2line, inlined frames included) or else the ELF symbol tables (.symtab, .dynsym)
+//! name it. With `--symbols DIR`, `DIR/<device path>` (a tree mirroring the device, like
+//! `$ANDROID_PRODUCT_OUT/symbols`) is tried before the path itself.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use crate::dump::Map;
+
+type Reader = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
+
+struct Segment {
+    file_offset: u64,
+    file_size: u64,
+    vaddr: u64,
+}
+
+struct Symbol {
+    addr: u64,
+    size: u64,
+    name: String,
+}
+
+struct Module {
+    segments: Vec<Segment>,
+    /// Sorted by address.
+    symbols: Vec<Symbol>,
+    dwarf: Option<addr2line::Context<Reader>>,
+}
+
+/// One logical frame (a pc may expand into several when functions were inlined).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Resolved {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PcInfo {
+    /// The map's name ("" for anonymous or unknown memory).
+    pub module: String,
+    /// Offset of the pc in the mapped file (pc itself when no map holds it).
+    pub rel: u64,
+    /// Innermost first; at least one entry.
+    pub frames: Vec<Resolved>,
+}
+
+pub struct Symbolizer {
+    symbols_dir: Option<PathBuf>,
+    modules: HashMap<String, Option<Rc<Module>>>,
+    pub missing: Vec<String>,
+}
+
+impl Symbolizer {
+    pub fn new(symbols_dir: Option<PathBuf>) -> Symbolizer {
+        Symbolizer {
+            symbols_dir,
+            modules: HashMap::new(),
+            missing: Vec::new(),
+        }
+    }
+
+    /// `pc` is a return address (every frame of a dump is): the call instruction is at pc - 1.
+    pub fn resolve(&mut self, pc: u64, map: Option<&Map>) -> PcInfo {
+        let Some(map) = map else {
+            return PcInfo {
+                module: String::new(),
+                rel: pc,
+                frames: vec![Resolved::default()],
+            };
+        };
+        let rel = pc.wrapping_sub(map.start).wrapping_add(map.offset);
+        let module = map.name.clone();
+        let frames = self
+            .module(&map.name)
+            .and_then(|m| m.lookup(rel))
+            .unwrap_or_else(|| vec![Resolved::default()]);
+        PcInfo {
+            module,
+            rel,
+            frames,
+        }
+    }
+
+    fn module(&mut self, name: &str) -> Option<Rc<Module>> {
+        if name.is_empty() || name.starts_with('[') {
+            return None;
+        }
+        if let Some(m) = self.modules.get(name) {
+            return m.clone();
+        }
+        let loaded = self.candidates(name).iter().find_map(|p| load(p)).map(Rc::new);
+        if loaded.is_none() {
+            self.missing.push(name.to_string());
+        }
+        self.modules.insert(name.to_string(), loaded.clone());
+        loaded
+    }
+
+    fn candidates(&self, name: &str) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        if let Some(dir) = &self.symbols_dir {
+            out.push(dir.join(name.trim_start_matches('/')));
+            if let Some(base) = Path::new(name).file_name() {
+                out.push(dir.join(base));
+            }
+        }
+        out.push(PathBuf::from(name));
+        out
+    }
+}
+
+fn load(path: &Path) -> Option<Module> {
+    let data = std::fs::read(path).ok()?;
+    // The CLI runs once and exits: keeping every loaded file for the process lifetime lets the
+    // DWARF readers borrow it without self-referential structs.
+    let data: &'static [u8] = Box::leak(data.into_boxed_slice());
+    let file = object::File::parse(data).ok()?;
+    let segments = file
+        .segments()
+        .map(|s| {
+            let (file_offset, file_size) = s.file_range();
+            Segment {
+                file_offset,
+                file_size,
+                vaddr: s.address(),
+            }
+        })
+        .collect();
+    let mut symbols: Vec<Symbol> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| {
+            let name = s.name().ok()?;
+            Some(Symbol {
+                addr: s.address(),
+                size: s.size(),
+                name: addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned(),
+            })
+        })
+        .collect();
+    symbols.sort_by_key(|s| (s.addr, std::cmp::Reverse(s.size)));
+    symbols.dedup_by_key(|s| s.addr);
+    let dwarf = if file.section_by_name(".debug_info").is_some() {
+        let endian = if file.is_little_endian() {
+            gimli::RunTimeEndian::Little
+        } else {
+            gimli::RunTimeEndian::Big
+        };
+        let dwarf = gimli::Dwarf::load(|id| -> std::result::Result<Reader, gimli::Error> {
+            let data = file
+                .section_by_name(id.name())
+                .and_then(|s| s.data().ok())
+                .unwrap_or(&[]);
+            Ok(gimli::EndianSlice::new(data, endian))
+        })
+        .ok()?;
+        addr2line::Context::from_dwarf(dwarf).ok()
+    } else {
+        None
+    };
+    Some(Module {
+        segments,
+        symbols,
+        dwarf,
+    })
+}
+
+impl Module {
+    fn vaddr(&self, file_offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| file_offset >= s.file_offset && file_offset - s.file_offset < s.file_size)
+            .map(|s| file_offset - s.file_offset + s.vaddr)
+    }
+
+    fn symbol(&self, addr: u64) -> Option<&Symbol> {
+        let i = self.symbols.partition_point(|s| s.addr <= addr);
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        // Symbols without a size (hand-written assembly) own everything up to the next one.
+        (s.size == 0 || addr < s.addr + s.size).then_some(s)
+    }
+
+    fn lookup(&self, file_offset: u64) -> Option<Vec<Resolved>> {
+        let probe = self.vaddr(file_offset)?.saturating_sub(1);
+        let symbol_name = self.symbol(probe).map(|s| s.name.clone());
+        let mut out = Vec::new();
+        if let Some(ctx) = &self.dwarf
+            && let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads()
+        {
+            while let Ok(Some(frame)) = frames.next() {
+                let function = frame
+                    .function
+                    .as_ref()
+                    .and_then(|f| f.demangle().ok().map(Cow::into_owned));
+                let (file, line) = frame
+                    .location
+                    .map(|l| (l.file.map(str::to_string), l.line))
+                    .unwrap_or_default();
+                out.push(Resolved {
+                    function,
+                    file,
+                    line,
+                });
+            }
+        }
+        if out.is_empty() {
+            out.push(Resolved::default());
+        }
+        // The outermost logical frame is the real function: the symbol table names it when DWARF
+        // has no name.
+        if let Some(last) = out.last_mut()
+            && last.function.is_none()
+        {
+            last.function = symbol_name;
+        }
+        Some(out)
+    }
+}
