@@ -40,7 +40,9 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.5em; }
 .num { display: inline-block; text-align: right; color: #555; }
 .bytes { width: 9em; } .pct { width: 5.5em; } .count { width: 6em; }
 .bar { display: inline-block; height: .7em; background: #e8833a; margin: 0 .5em; vertical-align: middle; }
-.bars { display: inline-block; width: 80px; }
+.bars { display: inline-block; width: 90px; }
+.top td, .top th { padding: 2px 12px 2px 0; text-align: right; }
+.top td:last-child, .top th:last-child { text-align: left; font-family: monospace; }
 .module { color: #888; }
 .flame { overflow-x: auto; border: 1px solid #ddd; }
 button { margin-right: .5em; }

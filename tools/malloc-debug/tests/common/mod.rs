@@ -1,0 +1,112 @@
+//! Helpers shared by the CLI's integration tests: the built CLI, the library build it runs
+//! programs with, and a real v1.2 dump made by running tests/programs/leaky.c under the front.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn cli() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_malloc-debug"))
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// target/release of the workspace, holding libc_malloc_debug.so and the front.
+pub fn release_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_malloc-debug"))
+        .parent()
+        .expect("bin dir")
+        .to_path_buf();
+    for so in ["libc_malloc_debug.so", "libmalloc_debug_front.so"] {
+        assert!(
+            dir.join(so).is_file(),
+            "{} missing: run `cargo build --release` at the workspace root first",
+            dir.join(so).display()
+        );
+    }
+    dir
+}
+
+pub fn tmp_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "malloc-debug-cli-{name}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create tmp dir");
+    dir
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts success and returns stdout.
+pub fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+/// tests/programs/leaky.c built with debug info (once per test binary).
+pub fn leaky() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = tmp_dir("leaky-bin");
+        let out = dir.join("leaky");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/leaky.c");
+        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-g", "-O1", "-fno-omit-frame-pointer", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("run cc");
+        assert!(status.success(), "cc {} failed", src.display());
+        out
+    })
+}
+
+/// Runs leaky (with `nodes` small allocations) under `malloc-debug run` with an exit-time dump;
+/// returns the dump's path and the run's output.
+pub fn real_dump(name: &str, nodes: u32) -> (PathBuf, Output) {
+    let dir = tmp_dir(name);
+    let prefix = dir.join("heap");
+    let out = cli()
+        .arg("run")
+        .arg("--lib")
+        .arg(release_dir().join("libc_malloc_debug.so"))
+        .arg("--options")
+        .arg(format!(
+            "backtrace leak_track backtrace_dump_on_exit backtrace_dump_prefix={}",
+            prefix.display()
+        ))
+        .arg("--")
+        .arg(leaky())
+        .arg(nodes.to_string())
+        .output()
+        .expect("run malloc-debug run");
+    let dump = std::fs::read_dir(&dir)
+        .expect("read dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".exit.txt"))
+        .unwrap_or_else(|| panic!("no exit dump in {}:\n{}", dir.display(), stderr(&out)));
+    (dump, out)
+}
+
+/// The default real dump (10 small nodes), made once per test binary.
+pub fn dump10() -> &'static Path {
+    static DUMP: OnceLock<PathBuf> = OnceLock::new();
+    DUMP.get_or_init(|| real_dump("dump10", 10).0)
+}

@@ -1,0 +1,74 @@
+//! `malloc-debug run`: the front is preloaded with the options, the exit status passes through.
+
+mod common;
+use common::*;
+
+#[test]
+fn runs_under_the_front_and_passes_the_exit_status() {
+    let (dump, out) = real_dump("run", 3);
+    // leaky.c returns 7.
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(
+        log.contains(" E malloc_debug: +++ leaky leaked block of size 4096 at 0x"),
+        "{log}"
+    );
+    let text = std::fs::read_to_string(dump).unwrap();
+    assert!(text.starts_with("Android Native Heap Dump v1.2\n\nBuild fingerprint: 'unknown'\n"));
+}
+
+#[test]
+fn without_options_nothing_is_loaded() {
+    let out = cli()
+        .args(["run", "--lib"])
+        .arg(release_dir().join("libc_malloc_debug.so"))
+        .arg("--")
+        .arg(leaky())
+        .env_remove("LIBC_DEBUG_MALLOC_OPTIONS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn exit_status_and_signals_pass_through() {
+    let lib = release_dir().join("libc_malloc_debug.so");
+    let out = cli()
+        .args(["run", "--options", "verbose", "--lib"])
+        .arg(&lib)
+        .args(["--", "sh", "-c", "exit 42"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(42));
+    assert!(stderr(&out).contains("I malloc_debug: sh: malloc debug enabled"), "{}", stderr(&out));
+    let out = cli()
+        .args(["run", "--lib"])
+        .arg(&lib)
+        .args(["--", "sh", "-c", "kill -TERM $$"])
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(15));
+}
+
+#[test]
+fn missing_command_and_missing_program_are_errors() {
+    let out = cli().args(["run", "--options", "verbose"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("run: no command given"), "{}", stderr(&out));
+    let out = cli()
+        .args(["run", "--lib"])
+        .arg(release_dir().join("libc_malloc_debug.so"))
+        .args(["--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("cannot run /nonexistent/program"), "{}", stderr(&out));
+    let out = cli()
+        .args(["run", "--lib", "/nonexistent/libc_malloc_debug.so", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("libc_malloc_debug.so not found"), "{}", stderr(&out));
+}
