@@ -265,6 +265,7 @@ unsafe fn rule_from_tables(
     let mut bases = BaseAddresses::default()
         .set_eh_frame_hdr(hdr as u64)
         .set_text(text as u64);
+    // SAFETY: `dynamic` is the PT_DYNAMIC address of this mapped module (from dl_iterate_phdr).
     if let Some(got) = dynamic.and_then(|d| unsafe { dt_pltgot(ph, base, d) }) {
         bases = bases.set_got(got as u64);
     }
