@@ -96,7 +96,9 @@ fn parse_run(args: Vec<OsString>) -> Result<RunArgs> {
         }
     }
     if out.command.is_empty() {
-        return Err(err!("run: no command given (usage: malloc-debug run [--options OPTS] -- CMD ARGS...)"));
+        return Err(err!(
+            "run: no command given (usage: malloc-debug run [--options OPTS] -- CMD ARGS...)"
+        ));
     }
     Ok(out)
 }

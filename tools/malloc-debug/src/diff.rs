@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::Result;
 use crate::cli::DiffArgs;
 use crate::profile::{self, Profile};
 use crate::report::load;
-use crate::Result;
 
 #[derive(Default, Clone, Copy)]
 struct Totals {
@@ -26,8 +26,8 @@ fn by_site(profile: &Profile) -> BTreeMap<String, Totals> {
             format!("{}  [{}]", frame.label(), frame.module_base())
         };
         let t = sites.entry(key).or_default();
-        t.bytes += site.bytes;
-        t.count += site.count;
+        t.bytes = t.bytes.saturating_add(site.bytes);
+        t.count = t.count.saturating_add(site.count);
     }
     sites
 }

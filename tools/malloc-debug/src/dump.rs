@@ -103,7 +103,7 @@ impl<'a> Lines<'a> {
         let line = self.iter.next()?;
         self.number += 1;
         self.consumed += line.len() as u64 + 1;
-        if self.number % 4096 == 0 {
+        if self.number.is_multiple_of(4096) {
             self.progress.set(self.consumed);
         }
         Some(line)
@@ -114,11 +114,15 @@ impl<'a> Lines<'a> {
         match found {
             Some(found) => {
                 let shown: String = found.chars().take(80).collect();
-                Error(format!("{}: expected {expected}, found {shown:?}", self.number))
+                Error(format!(
+                    "{}: expected {expected}, found {shown:?}",
+                    self.number
+                ))
             }
+            // The line that should have been there is the one after the last.
             None => Error(format!(
                 "{}: unexpected end of file: expected {expected}",
-                self.number
+                self.number + 1
             )),
         }
     }
@@ -242,7 +246,7 @@ pub fn parse(text: &str) -> Result<Dump> {
     let computed: u64 = records
         .iter()
         .map(|r| r.size.saturating_mul(if num_reliable { r.num } else { 1 }))
-        .sum();
+        .fold(0u64, u64::saturating_add);
     if num_reliable && computed != total_memory {
         warnings.push(format!(
             "header says 'Total memory: {total_memory}', the records add up to {computed}"
@@ -265,6 +269,10 @@ pub fn parse(text: &str) -> Result<Dump> {
         warnings,
     })
 }
+
+/// bionic caps `backtrace=` at 256 frames; far longer lines are not dumps (and the call trees,
+/// built recursively, must stay shallow).
+const MAX_FRAMES: usize = 1024;
 
 fn parse_record(line: &str) -> std::result::Result<Record, String> {
     const SHAPE: &str = "a record line 'z <0|1>  sz <size>  num <count>  bt [<hex frame>...]'";
@@ -290,9 +298,13 @@ fn parse_record(line: &str) -> std::result::Result<Record, String> {
     }
     let frames = t
         .map(|f| {
-            u64::from_str_radix(f, 16).map_err(|_| format!("hexadecimal frames after 'bt' in {SHAPE}"))
+            u64::from_str_radix(f, 16)
+                .map_err(|_| format!("hexadecimal frames after 'bt' in {SHAPE}"))
         })
         .collect::<std::result::Result<Vec<u64>, String>>()?;
+    if frames.len() > MAX_FRAMES {
+        return Err(format!("at most {MAX_FRAMES} frames after 'bt' in {SHAPE}"));
+    }
     Ok(Record {
         zygote,
         size,
@@ -338,6 +350,9 @@ fn parse_bt_info(mut s: &str) -> std::result::Result<Vec<FrameInfo>, String> {
             ))
         })();
         let (frame, rest) = frame.ok_or_else(|| SHAPE.to_string())?;
+        if frames.len() == MAX_FRAMES {
+            return Err(format!("at most {MAX_FRAMES} {SHAPE}"));
+        }
         frames.push(frame);
         s = rest;
     }

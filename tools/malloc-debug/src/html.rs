@@ -107,7 +107,11 @@ pub fn render(title: &str, dump: &Dump, profile: &Profile, top: usize) -> String
         );
     }
     let _ = writeln!(out, "</div>\n<h2>Flamegraph</h2>\n<div class=\"flame\">");
-    out.push_str(&flamegraph::svg(title, profile, &profile::top_down(profile)));
+    out.push_str(&flamegraph::svg(
+        title,
+        profile,
+        &profile::top_down(profile),
+    ));
     out.push_str("</div>\n</body></html>\n");
     out
 }
@@ -119,7 +123,10 @@ fn node(out: &mut String, profile: &Profile, node: &Node, depth: usize) {
     let module = if frame.module.is_empty() {
         String::new()
     } else {
-        format!(" <span class=\"module\">{}</span>", escape(frame.module_base()))
+        format!(
+            " <span class=\"module\">{}</span>",
+            escape(frame.module_base())
+        )
     };
     let line = format!(
         "<span class=\"num bytes\">{}</span><span class=\"num pct\">{pct:.2}%</span>\

@@ -155,8 +155,8 @@ pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
         });
     }
     progress.finish();
-    let total_bytes = samples.iter().map(|s| s.bytes).sum();
-    let total_count = samples.iter().map(|s| s.count).sum();
+    let total_bytes = samples.iter().fold(0u64, |t, s| t.saturating_add(s.bytes));
+    let total_count = samples.iter().fold(0u64, |t, s| t.saturating_add(s.count));
     Profile {
         frames,
         samples,
@@ -188,8 +188,8 @@ impl Node {
     }
 
     fn insert(&mut self, mut path: impl Iterator<Item = usize>, bytes: u64, count: u64) {
-        self.bytes += bytes;
-        self.count += count;
+        self.bytes = self.bytes.saturating_add(bytes);
+        self.count = self.count.saturating_add(count);
         if let Some(id) = path.next() {
             let slot = match self.index.get(&id) {
                 Some(&i) => i,

@@ -17,7 +17,14 @@ use crate::cli::RecordsArgs;
 use crate::progress::Progress;
 use crate::{Error, Result};
 
-pub const TYPES: [&str; 6] = ["malloc", "calloc", "memalign", "realloc", "free", "thread_done"];
+pub const TYPES: [&str; 6] = [
+    "malloc",
+    "calloc",
+    "memalign",
+    "realloc",
+    "free",
+    "thread_done",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -99,7 +106,11 @@ fn parse_line(line: &str) -> std::result::Result<Entry, String> {
     if rest.len() > optional || rest.len() == 1 {
         return Err(format!(
             "at most {optional} more numbers ('<start_ns> <end_ns>'{}) in a {kind_name} line",
-            if optional == 3 { " [present bytes]" } else { "" }
+            if optional == 3 {
+                " [present bytes]"
+            } else {
+                ""
+            }
         ));
     }
     if rest.len() >= 2 {
@@ -120,7 +131,7 @@ pub fn parse(text: &str) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         done += line.len() as u64 + 1;
-        if i % 4096 == 0 {
+        if i.is_multiple_of(4096) {
             progress.set(done);
         }
         if line.trim().is_empty() {
@@ -133,6 +144,36 @@ pub fn parse(text: &str) -> Result<Vec<Entry>> {
         out.push(entry);
     }
     Ok(out)
+}
+
+/// Live allocations while replaying the file. Sums saturate: a hand-edited file with absurd sizes
+/// gives absurd totals, not a panic.
+#[derive(Default)]
+struct Live {
+    /// ptr → (size, end_ns of the allocating call).
+    ptrs: HashMap<u64, (u64, u64)>,
+    bytes: u64,
+}
+
+impl Live {
+    fn add(&mut self, ptr: u64, size: u64, born: u64) {
+        if ptr == 0 {
+            return;
+        }
+        // A pointer allocated twice without a free in between (records dropped at capacity):
+        // the newer allocation replaces the older.
+        if let Some((old, _)) = self.ptrs.insert(ptr, (size, born)) {
+            self.bytes = self.bytes.saturating_sub(old);
+        }
+        self.bytes = self.bytes.saturating_add(size);
+    }
+
+    /// The allocation time of `ptr`, if it was live.
+    fn remove(&mut self, ptr: u64) -> Option<u64> {
+        let (size, born) = self.ptrs.remove(&ptr)?;
+        self.bytes = self.bytes.saturating_sub(size);
+        Some(born)
+    }
 }
 
 /// Lifetime buckets: upper bounds in ns and their names.
@@ -150,26 +191,22 @@ pub fn summarize(entries: &[Entry], top: usize) -> String {
     let mut per_type = [0u64; 6];
     let mut per_thread: BTreeMap<u64, [u64; 6]> = BTreeMap::new();
     let mut sizes: HashMap<u64, u64> = HashMap::new();
-    // ptr → (size, end_ns of the allocating call)
-    let mut live: HashMap<u64, (u64, u64)> = HashMap::new();
-    let (mut live_bytes, mut peak, mut peak_at) = (0u64, 0u64, 0usize);
+    let mut live = Live::default();
+    let (mut peak, mut peak_at) = (0u64, 0usize);
     let mut lifetimes = [0u64; BUCKETS.len() + 1];
     let mut unknown_lifetime = 0u64;
     let mut unmatched_frees = 0u64;
-    let mut release = |ptr: u64, at_ns: u64, live_bytes: &mut u64, live: &mut HashMap<u64, (u64, u64)>| {
-        match live.remove(&ptr) {
-            Some((size, born)) => {
-                *live_bytes -= size;
-                if born == 0 || at_ns == 0 || at_ns < born {
-                    unknown_lifetime += 1;
-                } else {
-                    let life = at_ns - born;
-                    let b = BUCKETS.iter().position(|(limit, _)| life < *limit).unwrap_or(BUCKETS.len());
-                    lifetimes[b] += 1;
-                }
-            }
-            None => unmatched_frees += 1,
+    let mut release = |live: &mut Live, ptr: u64, at_ns: u64| match live.remove(ptr) {
+        Some(born) if born == 0 || at_ns == 0 || at_ns < born => unknown_lifetime += 1,
+        Some(born) => {
+            let life = at_ns - born;
+            let b = BUCKETS
+                .iter()
+                .position(|(limit, _)| life < *limit)
+                .unwrap_or(BUCKETS.len());
+            lifetimes[b] += 1;
         }
+        None => unmatched_frees += 1,
     };
     for (i, e) in entries.iter().enumerate() {
         per_type[e.kind] += 1;
@@ -177,40 +214,35 @@ pub fn summarize(entries: &[Entry], top: usize) -> String {
         match TYPES[e.kind] {
             "malloc" | "calloc" | "memalign" => {
                 *sizes.entry(e.size).or_default() += 1;
-                if e.ptr != 0 {
-                    if let Some((old, _)) = live.insert(e.ptr, (e.size, e.end_ns)) {
-                        live_bytes -= old;
-                    }
-                    live_bytes += e.size;
-                }
+                live.add(e.ptr, e.size, e.end_ns);
             }
             "realloc" => {
                 if e.old_ptr != 0 {
-                    release(e.old_ptr, e.start_ns, &mut live_bytes, &mut live);
+                    release(&mut live, e.old_ptr, e.start_ns);
                 }
                 if e.ptr != 0 {
                     *sizes.entry(e.size).or_default() += 1;
-                    if let Some((old, _)) = live.insert(e.ptr, (e.size, e.end_ns)) {
-                        live_bytes -= old;
-                    }
-                    live_bytes += e.size;
+                    live.add(e.ptr, e.size, e.end_ns);
                 }
             }
-            "free" => {
-                if e.ptr != 0 {
-                    release(e.ptr, e.start_ns, &mut live_bytes, &mut live);
-                }
-            }
+            "free" if e.ptr != 0 => release(&mut live, e.ptr, e.start_ns),
             _ => {}
         }
-        if live_bytes > peak {
-            peak = live_bytes;
+        if live.bytes > peak {
+            peak = live.bytes;
             peak_at = i + 1;
         }
     }
+    let live_bytes = live.bytes;
+    let live = live.ptrs;
 
     let mut out = String::new();
-    let _ = writeln!(out, "{} records, {} threads", entries.len(), per_thread.len());
+    let _ = writeln!(
+        out,
+        "{} records, {} threads",
+        entries.len(),
+        per_thread.len()
+    );
     let _ = writeln!(out, "\nCalls per type:");
     for (k, n) in TYPES.iter().zip(per_type) {
         let _ = writeln!(out, "  {k:<12} {n:>10}");
@@ -257,8 +289,8 @@ pub fn summarize(entries: &[Entry], top: usize) -> String {
 }
 
 pub fn main(args: RecordsArgs) -> Result<()> {
-    let bytes = std::fs::read(&args.file)
-        .map_err(|e| Error(format!("{}: {e}", args.file.display())))?;
+    let bytes =
+        std::fs::read(&args.file).map_err(|e| Error(format!("{}: {e}", args.file.display())))?;
     let text = String::from_utf8_lossy(&bytes);
     let entries = parse(&text).map_err(|e| Error(format!("{}:{}", args.file.display(), e.0)))?;
     print!("{}", summarize(&entries, args.top));

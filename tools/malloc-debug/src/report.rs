@@ -32,7 +32,10 @@ pub fn main(args: ReportArgs) -> Result<()> {
         .unwrap_or_default();
     print!("{}", text(&dump, &profile, args.top));
     if let Some(out) = &args.html {
-        write(out, html::render(&title, &dump, &profile, args.top).as_bytes())?;
+        write(
+            out,
+            html::render(&title, &dump, &profile, args.top).as_bytes(),
+        )?;
     }
     if let Some(out) = &args.flamegraph {
         let tree = profile::top_down(&profile);

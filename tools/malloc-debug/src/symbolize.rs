@@ -96,7 +96,11 @@ impl Symbolizer {
         if let Some(m) = self.modules.get(name) {
             return m.clone();
         }
-        let loaded = self.candidates(name).iter().find_map(|p| load(p)).map(Rc::new);
+        let loaded = self
+            .candidates(name)
+            .iter()
+            .find_map(|p| load(p))
+            .map(Rc::new);
         if loaded.is_none() {
             self.missing.push(name.to_string());
         }

@@ -29,13 +29,28 @@ fn text_tree_of_a_real_dump() {
     );
     let sites = site_lines(&text);
     assert_eq!(sites.len(), 3, "{text}");
-    assert!(sites[0].starts_with("12288 96.69% 3 big_buffers (leaky.c:14) ["), "{text}");
-    assert!(sites[1].starts_with("320 2.52% 10 small_nodes (leaky.c:21) ["), "{text}");
-    assert!(sites[2].starts_with("100 0.79% 1 main (leaky.c:32) ["), "{text}");
+    assert!(
+        sites[0].starts_with("12288 96.69% 3 big_buffers (leaky.c:14) ["),
+        "{text}"
+    );
+    assert!(
+        sites[1].starts_with("320 2.52% 10 small_nodes (leaky.c:21) ["),
+        "{text}"
+    );
+    assert!(
+        sites[2].starts_with("100 0.79% 1 main (leaky.c:32) ["),
+        "{text}"
+    );
     // Callers of the top site, biggest first.
     let lines: Vec<&str> = text.lines().collect();
-    let at = lines.iter().position(|l| l.contains("big_buffers")).unwrap();
-    assert!(lines[at + 1].contains("8192") && lines[at + 1].contains("  load_assets (leaky.c:24)"), "{text}");
+    let at = lines
+        .iter()
+        .position(|l| l.contains("big_buffers"))
+        .unwrap();
+    assert!(
+        lines[at + 1].contains("8192") && lines[at + 1].contains("  load_assets (leaky.c:24)"),
+        "{text}"
+    );
     assert!(lines[at + 2].contains("    main (leaky.c:29)"), "{text}");
     // --top limits the sites.
     let text = report(&["--top", "1"], dump10());
@@ -69,7 +84,10 @@ fn html_svg_and_pprof_outputs() {
     }
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
-    assert!(svg.contains("<title>big_buffers (leaky.c:14): 8192 bytes (64.46%), 2 allocations</title>"), "{svg}");
+    assert!(
+        svg.contains("<title>big_buffers (leaky.c:14): 8192 bytes (64.46%), 2 allocations</title>"),
+        "{svg}"
+    );
     assert!(svg.trim_end().ends_with("</svg>"));
 
     let mut raw = Vec::new();
@@ -79,8 +97,15 @@ fn html_svg_and_pprof_outputs() {
     let p = pprof::decode(&raw);
     assert_eq!(p.strings[0], "");
     let name = |i: u64| p.strings[i as usize].as_str();
-    let types: Vec<(&str, &str)> = p.sample_types.iter().map(|&(t, u)| (name(t), name(u))).collect();
-    assert_eq!(types, [("inuse_objects", "count"), ("inuse_space", "bytes")]);
+    let types: Vec<(&str, &str)> = p
+        .sample_types
+        .iter()
+        .map(|&(t, u)| (name(t), name(u)))
+        .collect();
+    assert_eq!(
+        types,
+        [("inuse_objects", "count"), ("inuse_space", "bytes")]
+    );
     let (count, bytes) = p
         .samples
         .iter()
@@ -96,7 +121,15 @@ fn html_svg_and_pprof_outputs() {
         })
         .collect();
     sites.sort();
-    assert_eq!(sites, ["big_buffers:14", "big_buffers:14", "main:32", "small_nodes:21"]);
+    assert_eq!(
+        sites,
+        [
+            "big_buffers:14",
+            "big_buffers:14",
+            "main:32",
+            "small_nodes:21"
+        ]
+    );
 }
 
 /// Minimal profile.proto reader for the test (the fields the writer uses).
@@ -191,8 +224,13 @@ fn big_buffers_offset() -> u64 {
     let maps = text.split("MAPS\n").nth(1).unwrap();
     for line in maps.lines() {
         let t: Vec<&str> = line.split_whitespace().collect();
-        let Some((s, e)) = t[0].split_once('-') else { continue };
-        let (s, e) = (u64::from_str_radix(s, 16).unwrap(), u64::from_str_radix(e, 16).unwrap());
+        let Some((s, e)) = t[0].split_once('-') else {
+            continue;
+        };
+        let (s, e) = (
+            u64::from_str_radix(s, 16).unwrap(),
+            u64::from_str_radix(e, 16).unwrap(),
+        );
         if (s..e).contains(&pc) {
             return pc - s + u64::from_str_radix(t[2], 16).unwrap();
         }
@@ -237,8 +275,14 @@ fn v1_1_dump_symbolized_through_a_symbols_tree() {
         ],
         "{text}"
     );
-    assert!(text.contains("  2    libfoo.so+0x1234\n"), "caller of big_buffers:\n{text}");
-    assert!(text.contains("Not symbolized (file not found; see --symbols): /system/lib64/libfoo.so"), "{text}");
+    assert!(
+        text.contains("  2    libfoo.so+0x1234\n"),
+        "caller of big_buffers:\n{text}"
+    );
+    assert!(
+        text.contains("Not symbolized (file not found; see --symbols): /system/lib64/libfoo.so"),
+        "{text}"
+    );
     // Without the symbols tree nothing names the frames.
     let text = report(&[], &dump);
     assert!(text.contains("leaky+0x"), "{text}");
@@ -260,9 +304,19 @@ fn v1_0_dump_with_unreliable_num() {
     .unwrap();
     let out = cli().arg("report").arg(&dump).output().unwrap();
     let text = ok(out.clone());
-    assert!(stderr(&out).contains("v1.0 dump whose 'num' column is unreliable"), "{}", stderr(&out));
-    assert!(text.starts_with("Heap dump v1.0: 150 bytes in 2 allocations"), "{text}");
-    assert_eq!(site_lines(&text), ["150 100.00% 2 libfoo.so+0x10a0 [/system/lib64/libfoo.so]"]);
+    assert!(
+        stderr(&out).contains("v1.0 dump whose 'num' column is unreliable"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        text.starts_with("Heap dump v1.0: 150 bytes in 2 allocations"),
+        "{text}"
+    );
+    assert_eq!(
+        site_lines(&text),
+        ["150 100.00% 2 libfoo.so+0x10a0 [/system/lib64/libfoo.so]"]
+    );
 
     // A v1.0 dump with believable counts keeps them.
     std::fs::write(
@@ -274,7 +328,10 @@ fn v1_0_dump_with_unreliable_num() {
     )
     .unwrap();
     let text = report(&[], &dump);
-    assert!(text.starts_with("Heap dump v1.0: 300 bytes in 3 allocations"), "{text}");
+    assert!(
+        text.starts_with("Heap dump v1.0: 300 bytes in 3 allocations"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -291,8 +348,14 @@ fn bt_info_names_frames_without_files() {
     )
     .unwrap();
     let text = report(&[], &dump);
-    assert!(text.starts_with("Heap dump v1.2, fingerprint 'google/x/y:14': 64 bytes in 1 allocations"), "{text}");
-    assert_eq!(site_lines(&text), ["64 100.00% 1 Bar::make() [/vendor/lib64/libbar.so]"]);
+    assert!(
+        text.starts_with("Heap dump v1.2, fingerprint 'google/x/y:14': 64 bytes in 1 allocations"),
+        "{text}"
+    );
+    assert_eq!(
+        site_lines(&text),
+        ["64 100.00% 1 Bar::make() [/vendor/lib64/libbar.so]"]
+    );
     assert!(text.contains("  main\n"), "{text}");
 }
 
@@ -317,36 +380,71 @@ fn malformed_input_names_the_line_and_what_was_expected() {
     );
     assert_eq!(
         malformed("empty", ""),
-        "malloc-debug: DUMP:0: unexpected end of file: expected 'Android Native Heap Dump v1.0', 'v1.1' or 'v1.2'\n"
+        "malloc-debug: DUMP:1: unexpected end of file: expected 'Android Native Heap Dump v1.0', 'v1.1' or 'v1.2'\n"
     );
     assert_eq!(
-        malformed("total", "Android Native Heap Dump v1.1\n\nTotal memory: lots\n"),
+        malformed(
+            "total",
+            "Android Native Heap Dump v1.1\n\nTotal memory: lots\n"
+        ),
         "malloc-debug: DUMP:3: expected 'Total memory: <number>', found \"Total memory: lots\"\n"
     );
     assert_eq!(
-        malformed("record", &format!("{HEAD}z 0  sz 1  num 1  bt 12\nz 0  sz x  num 1  bt\nMAPS\nEND\n")),
+        malformed(
+            "record",
+            &format!("{HEAD}z 0  sz 1  num 1  bt 12\nz 0  sz x  num 1  bt\nMAPS\nEND\n")
+        ),
         "malloc-debug: DUMP:10: expected a decimal number after 'sz' in a record line 'z <0|1>  sz <size>  num <count>  bt [<hex frame>...]', found \"z 0  sz x  num 1  bt\"\n"
     );
     assert_eq!(
-        malformed("frame", &format!("{HEAD}z 0  sz 1  num 1  bt 12 xyz\nMAPS\nEND\n")),
+        malformed(
+            "frame",
+            &format!("{HEAD}z 0  sz 1  num 1  bt 12 xyz\nMAPS\nEND\n")
+        ),
         "malloc-debug: DUMP:9: expected hexadecimal frames after 'bt' in a record line 'z <0|1>  sz <size>  num <count>  bt [<hex frame>...]', found \"z 0  sz 1  num 1  bt 12 xyz\"\n"
     );
     assert_eq!(
-        malformed("maps", &format!("{HEAD}z 0  sz 1  num 1  bt 12\nMAPS\nnot a map\nEND\n")),
+        malformed(
+            "maps",
+            &format!("{HEAD}z 0  sz 1  num 1  bt 12\nMAPS\nnot a map\nEND\n")
+        ),
         "malloc-debug: DUMP:11: expected a maps line ('START-END PERMS OFFSET DEV INODE [NAME]') or 'END', found \"not a map\"\n"
     );
     assert_eq!(
-        malformed("truncated", &format!("{HEAD}z 0  sz 1  num 1  bt 12\nMAPS\n7f-80 r-xp 0 fe:00 1 /x\n")),
-        "malloc-debug: DUMP:11: unexpected end of file: expected a maps line or 'END'\n"
+        malformed(
+            "truncated",
+            &format!("{HEAD}z 0  sz 1  num 1  bt 12\nMAPS\n7f-80 r-xp 0 fe:00 1 /x\n")
+        ),
+        "malloc-debug: DUMP:12: unexpected end of file: expected a maps line or 'END'\n"
     );
     assert_eq!(
         malformed("no-maps", &format!("{HEAD}z 0  sz 1  num 1  bt 12\n")),
-        "malloc-debug: DUMP:9: unexpected end of file: expected a record line ('z 0  sz ...') or 'MAPS'\n"
+        "malloc-debug: DUMP:10: unexpected end of file: expected a record line ('z 0  sz ...') or 'MAPS'\n"
     );
-    assert!(malformed("missing", "").contains("DUMP:0:"));
-    let out = cli().args(["report", "/nonexistent/dump.txt"]).output().unwrap();
+    let frames = " 1".repeat(1025);
+    assert_eq!(
+        malformed(
+            "frames",
+            &format!("{HEAD}z 0  sz 1  num 1  bt{frames}\nMAPS\nEND\n")
+        ),
+        "malloc-debug: DUMP:9: expected at most 1024 frames after 'bt' in a record line 'z <0|1>  sz <size>  num <count>  bt [<hex frame>...]', found \"z 0  sz 1  num 1  bt 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1\"\n"
+    );
+    assert_eq!(
+        malformed(
+            "bt-info-first",
+            &format!("{HEAD}  bt_info {{\"\" 1 \"f\" 0}}\nMAPS\nEND\n")
+        ),
+        "malloc-debug: DUMP:9: expected a record line before 'bt_info', found \"  bt_info {\\\"\\\" 1 \\\"f\\\" 0}\"\n"
+    );
+    let out = cli()
+        .args(["report", "/nonexistent/dump.txt"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(stderr(&out), "malloc-debug: /nonexistent/dump.txt: No such file or directory (os error 2)\n");
+    assert_eq!(
+        stderr(&out),
+        "malloc-debug: /nonexistent/dump.txt: No such file or directory (os error 2)\n"
+    );
 }
 
 #[test]
@@ -357,5 +455,9 @@ fn binary_garbage_is_an_error_not_a_panic() {
     std::fs::write(dir.join("junk"), &junk).unwrap();
     let out = cli().arg("report").arg(dir.join("junk")).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("junk:3: expected"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("junk:3: expected"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -41,7 +41,11 @@ fn exit_status_and_signals_pass_through() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(42));
-    assert!(stderr(&out).contains("I malloc_debug: sh: malloc debug enabled"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("I malloc_debug: sh: malloc debug enabled"),
+        "{}",
+        stderr(&out)
+    );
     let out = cli()
         .args(["run", "--lib"])
         .arg(&lib)
@@ -54,9 +58,16 @@ fn exit_status_and_signals_pass_through() {
 
 #[test]
 fn missing_command_and_missing_program_are_errors() {
-    let out = cli().args(["run", "--options", "verbose"]).output().unwrap();
+    let out = cli()
+        .args(["run", "--options", "verbose"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("run: no command given"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("run: no command given"),
+        "{}",
+        stderr(&out)
+    );
     let out = cli()
         .args(["run", "--lib"])
         .arg(release_dir().join("libc_malloc_debug.so"))
@@ -64,11 +75,25 @@ fn missing_command_and_missing_program_are_errors() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(127));
-    assert!(stderr(&out).contains("cannot run /nonexistent/program"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot run /nonexistent/program"),
+        "{}",
+        stderr(&out)
+    );
     let out = cli()
-        .args(["run", "--lib", "/nonexistent/libc_malloc_debug.so", "--", "true"])
+        .args([
+            "run",
+            "--lib",
+            "/nonexistent/libc_malloc_debug.so",
+            "--",
+            "true",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("libc_malloc_debug.so not found"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("libc_malloc_debug.so not found"),
+        "{}",
+        stderr(&out)
+    );
 }
