@@ -1,0 +1,262 @@
+//! The HTML report of a real dump (leaky.c) opened in headless Chromium and driven through the
+//! Chrome DevTools protocol (a websocket client, tungstenite): the top allocation site is shown,
+//! its callers are hidden, and a real mouse click (Input.dispatchMouseEvent, so the browser's own
+//! hit testing and click dispatch run) on the site expands it and shows the callers.
+//!
+//! Needs Debian's `chromium` package (or `$CHROMIUM` naming a Chromium/Chrome binary); without
+//! one the test prints a warning and passes without checking anything.
+
+mod common;
+use common::*;
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tungstenite::{Message, WebSocket};
+
+/// How long to wait for Chromium before calling it hung (a guard, not a measurement).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn find_chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("CHROMIUM").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    [
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "google-chrome-stable",
+    ]
+    .iter()
+    .flat_map(|name| std::env::split_paths(&path).map(move |d| d.join(name)))
+    .find(|p| p.is_file())
+}
+
+/// The browser process; killed (it was started here) and reaped when the test ends.
+struct Browser {
+    child: Child,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn launch(chromium: &Path, profile: &Path) -> (Browser, String) {
+    let child = Command::new(chromium)
+        .args([
+            "--headless",
+            // Root in a container: Chromium refuses to start sandboxed.
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--remote-debugging-port=0",
+            "--window-size=1280,1024",
+            "about:blank",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromium.display()));
+    let browser = Browser { child };
+    // With port 0 Chromium picks a port and writes "PORT\n/devtools/browser/ID" here.
+    let port_file = profile.join("DevToolsActivePort");
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&port_file)
+            && let Some((port, path)) = text.trim().split_once('\n')
+        {
+            return (browser, format!("ws://127.0.0.1:{port}{path}"));
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{} did not write {}",
+            chromium.display(),
+            port_file.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A minimal CDP client over the browser endpoint, with one flattened page session.
+struct Cdp {
+    ws: WebSocket<TcpStream>,
+    next_id: u64,
+    session: Option<String>,
+}
+
+impl Cdp {
+    fn connect(url: &str) -> Cdp {
+        let addr = url
+            .strip_prefix("ws://")
+            .and_then(|u| u.split('/').next())
+            .unwrap();
+        let stream = TcpStream::connect(addr).expect("connect to DevTools");
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        let (ws, _) = tungstenite::client(url, stream).expect("DevTools websocket handshake");
+        Cdp {
+            ws,
+            next_id: 0,
+            session: None,
+        }
+    }
+
+    /// Sends a command (to the page session once attached) and returns its `result`, skipping
+    /// the events that arrive in between.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = json!({ "id": id, "method": method, "params": params });
+        if let Some(s) = &self.session {
+            msg["sessionId"] = json!(s);
+        }
+        self.ws
+            .send(Message::Text(msg.to_string().into()))
+            .expect("send to DevTools");
+        loop {
+            let reply = self.ws.read().expect("read from DevTools");
+            let Ok(text) = reply.to_text() else { continue };
+            let v: Value = serde_json::from_str(text).expect("DevTools sends JSON");
+            if v["id"] == json!(id) {
+                assert!(v.get("error").is_none(), "{method} failed: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// Evaluates a JavaScript expression in the page and returns its value.
+    fn eval(&mut self, expression: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({ "expression": expression, "returnByValue": true }),
+        );
+        assert!(r.get("exceptionDetails").is_none(), "{expression}: {r}");
+        r["result"]["value"].clone()
+    }
+
+    /// A left click at page coordinates, as a user's: press and release through the input
+    /// pipeline, so hit testing, the click event and <summary>'s default action all happen.
+    fn click(&mut self, x: f64, y: f64) {
+        for kind in ["mousePressed", "mouseReleased"] {
+            self.call(
+                "Input.dispatchMouseEvent",
+                json!({ "type": kind, "x": x, "y": y, "button": "left", "buttons": 1, "clickCount": 1 }),
+            );
+        }
+    }
+}
+
+/// JavaScript: is the first element matching `selector` rendered? (Chromium keeps a closed
+/// <details>' content laid out but `content-visibility: hidden`; checkVisibility sees that.)
+fn visible(selector: &str) -> String {
+    format!(
+        "(() => {{ const e = document.querySelector({selector:?}); \
+         return !!e && e.checkVisibility() && e.getClientRects().length > 0; }})()"
+    )
+}
+
+#[test]
+fn top_site_is_shown_and_a_click_expands_it() {
+    let Some(chromium) = find_chromium() else {
+        eprintln!(
+            "WARNING: html_chromium: no chromium found (install Debian's `chromium` package or \
+             set CHROMIUM): the HTML report was NOT checked in a browser; skipping"
+        );
+        return;
+    };
+    let dir = tmp_dir("chromium");
+    let html = dir.join("report.html");
+    ok(cli()
+        .arg("report")
+        .arg(dump10())
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap());
+
+    let (_browser, url) = launch(&chromium, &dir.join("profile"));
+    let mut cdp = Cdp::connect(&url);
+    let target = cdp.call(
+        "Target.createTarget",
+        json!({ "url": format!("file://{}", html.display()) }),
+    );
+    let attached = cdp.call(
+        "Target.attachToTarget",
+        json!({ "targetId": target["targetId"], "flatten": true }),
+    );
+    cdp.session = Some(attached["sessionId"].as_str().unwrap().to_string());
+
+    let start = Instant::now();
+    while cdp.eval("document.readyState") != json!("complete")
+        || cdp.eval("document.getElementById('tree') !== null") != json!(true)
+    {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the report never finished loading"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The top site is first in the summary table and in the tree, and it is on screen.
+    assert_eq!(
+        cdp.eval("document.querySelector('table.top tr:nth-child(2) td:last-child').textContent"),
+        json!("big_buffers (leaky.c:14)")
+    );
+    let first = "#tree > details:first-of-type";
+    assert_eq!(
+        cdp.eval(&format!(
+            "document.querySelector('{first} > summary .label').textContent"
+        )),
+        json!("big_buffers (leaky.c:14)")
+    );
+    assert_eq!(
+        cdp.eval(&visible(&format!("{first} > summary"))),
+        json!(true)
+    );
+    // Collapsed: its callers are not rendered.
+    let caller = format!("{first} > details > summary .label");
+    assert_eq!(
+        cdp.eval(&format!("document.querySelector('{caller}').textContent")),
+        json!("load_assets (leaky.c:24)")
+    );
+    assert_eq!(
+        cdp.eval(&format!("document.querySelector('{first}').open")),
+        json!(false)
+    );
+    assert_eq!(cdp.eval(&visible(&caller)), json!(false));
+
+    // Click the middle of the site's label.
+    let rect = cdp.eval(&format!(
+        "(() => {{ const e = document.querySelector('{first} > summary .label'); \
+         e.scrollIntoView(); const r = e.getBoundingClientRect(); \
+         return [r.left + r.width / 2, r.top + r.height / 2]; }})()"
+    ));
+    let (x, y) = (rect[0].as_f64().unwrap(), rect[1].as_f64().unwrap());
+    cdp.click(x, y);
+
+    let start = Instant::now();
+    while cdp.eval(&visible(&caller)) != json!(true) {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "clicking the top site at ({x}, {y}) did not show its callers"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        cdp.eval(&format!("document.querySelector('{first}').open")),
+        json!(true)
+    );
+    // Only that node opened.
+    assert_eq!(
+        cdp.eval("document.querySelectorAll('#tree details[open]').length"),
+        json!(1)
+    );
+}
