@@ -12,7 +12,9 @@ pub const USAGE: &str = "\
 usage: malloc-debug COMMAND ...
 
   run [--options OPTS] [--program NAME] [--lib LIB.so] [--front FRONT.so] -- CMD ARGS...
-        run CMD under the glibc front (LD_PRELOAD); CMD's exit status is passed through
+        run CMD under the glibc front (LD_PRELOAD); CMD's exit status is passed through.
+        libc_malloc_debug.so and libmalloc_debug_front.so are looked for in
+        $MALLOC_DEBUG_LIB_DIR, next to this program, then in its ../lib
   report DUMP [--symbols DIR] [--top N] [--html OUT.html] [--flamegraph OUT.svg]
               [--pprof OUT.pb.gz]
         symbolized report of a heap dump (v1.0, v1.1, v1.2)

@@ -12,16 +12,24 @@ use crate::{Result, err};
 const FRONT: &str = "libmalloc_debug_front.so";
 const LIB: &str = "libc_malloc_debug.so";
 
-/// Directories searched for the front and the library: next to this executable (cargo puts both
-/// in target/release), then its `../lib`.
+/// Names a directory holding both shared objects; searched first.
+pub const LIB_DIR_ENV: &str = "MALLOC_DEBUG_LIB_DIR";
+
+/// Directories searched for the front and the library: `$MALLOC_DEBUG_LIB_DIR`, next to this
+/// executable (cargo puts all three in target/release), then its `../lib`.
 fn default_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os(LIB_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
     let Ok(exe) = std::env::current_exe() else {
-        return Vec::new();
+        return dirs;
     };
     let Some(dir) = exe.parent() else {
-        return Vec::new();
+        return dirs;
     };
-    let mut dirs = vec![dir.to_path_buf()];
+    dirs.push(dir.to_path_buf());
     // Test binaries live in target/release/deps.
     if dir.ends_with("deps") {
         dirs.extend(dir.parent().map(Path::to_path_buf));
@@ -46,7 +54,8 @@ fn find(explicit: Option<PathBuf>, name: &str, also: Option<&Path>) -> Result<Pa
         }
     }
     Err(err!(
-        "{name} not found (looked at {}): build it with `cargo build --release` or pass --lib/--front",
+        "{name} not found (looked at {}): build it with `cargo build --release`, or pass \
+         --lib/--front, or set {LIB_DIR_ENV}",
         candidates
             .iter()
             .map(|c| c.display().to_string())

@@ -266,3 +266,82 @@ fn usage_errors() {
     assert!(stderr(&out).starts_with("malloc-debug: device: unknown subcommand \"frobnicate\""));
     assert!(adb.calls().is_empty());
 }
+
+/// An `adb` whose "device" is this host: `shell` joins its arguments with spaces and runs the line
+/// with sh (exactly what adbd does), `pull` copies. Logs argv like the fake above.
+const HOST_ADB: &str = r#"#!/bin/sh
+line=""
+for a in "$@"; do line="$line|$a"; done
+printf '%s\n' "${line#|}" >> "$FAKE_ADB_DIR/argv.log"
+case "$1" in
+  shell) shift; exec sh -c "$*" ;;
+  pull) exec cp "$2" "$3" ;;
+esac
+exit 1
+"#;
+
+/// The whole native-process path on a real process: `device dump` sends signal 47 to a program
+/// running under the front, waits for the library to write its dump, pulls it, and the pulled
+/// dump reports the program's allocation site.
+#[test]
+fn dump_a_real_process_through_a_host_backed_adb() {
+    use std::io::BufRead;
+    let adb = Fake::new("host");
+    std::fs::write(adb.path("adb"), HOST_ADB).unwrap();
+    let idle = compile("idle");
+    // Option values cannot hold spaces, but the device shell must still get `$` and `'` quoted.
+    let prefix = adb.path("heap$HOME'x");
+    let mut child = cli()
+        .arg("run")
+        .arg("--options")
+        .arg(format!(
+            "backtrace backtrace_dump_prefix={}",
+            prefix.display()
+        ))
+        .arg("--")
+        .arg(&idle)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // `run` execs the program: the child's pid is the program's.
+    let pid = child.id().to_string();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready, "ready\n");
+
+    let out = adb.path("pulled.txt");
+    let result = adb.run(&[
+        "dump",
+        &pid,
+        "--out",
+        out.to_str().unwrap(),
+        "--prefix",
+        prefix.to_str().unwrap(),
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    ok(result);
+    let remote = format!("{}.{pid}.txt", prefix.display());
+    let calls = adb.calls();
+    assert_eq!(calls[0], format!("shell|kill|-47|{pid}"));
+    let quoted = format!("'{}'", remote.replace('\'', r"'\''"));
+    assert_eq!(calls[1], format!("shell|test|-s|{quoted}"));
+    assert_eq!(
+        calls.last().unwrap(),
+        &format!("pull|{remote}|{}", out.display())
+    );
+
+    let text = ok(cli().arg("report").arg(&out).output().unwrap());
+    let site = text
+        .lines()
+        .skip_while(|l| !l.contains("SITE"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        site.contains("5000") && site.contains("cache_fill (idle.c:12)"),
+        "{text}"
+    );
+}

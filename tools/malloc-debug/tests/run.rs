@@ -97,3 +97,70 @@ fn missing_command_and_missing_program_are_errors() {
         stderr(&out)
     );
 }
+
+#[test]
+fn finds_the_library_next_to_itself_or_in_malloc_debug_lib_dir() {
+    // No --lib/--front: cargo put the CLI in target/release beside both shared objects.
+    let out = cli()
+        .args(["run", "--options", "verbose", "--", "sh", "-c", "exit 3"])
+        .env_remove("MALLOC_DEBUG_LIB_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("I malloc_debug: sh: malloc debug enabled"),
+        "{}",
+        stderr(&out)
+    );
+
+    // $MALLOC_DEBUG_LIB_DIR is searched first: with only the library there, the library comes
+    // from it and the front from beside the CLI.
+    let dir = tmp_dir("libdir");
+    std::fs::copy(
+        release_dir().join("libc_malloc_debug.so"),
+        dir.join("libc_malloc_debug.so"),
+    )
+    .unwrap();
+    let out = cli()
+        .args([
+            "run",
+            "--options",
+            "verbose",
+            "--",
+            "sh",
+            "-c",
+            "echo $LIBC_DEBUG_MALLOC_LIB",
+        ])
+        .env("MALLOC_DEBUG_LIB_DIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&out),
+        format!("{}\n", dir.join("libc_malloc_debug.so").display()),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("I malloc_debug: sh: malloc debug enabled"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Nothing anywhere: the error says where it looked and what to do.
+    let empty = tmp_dir("libdir-empty");
+    let out = cli()
+        .args(["run", "--lib"])
+        .arg(empty.join("libc_malloc_debug.so"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "malloc-debug: libc_malloc_debug.so not found (looked at {}): build it with `cargo \
+             build --release`, or pass --lib/--front, or set MALLOC_DEBUG_LIB_DIR\n",
+            empty.join("libc_malloc_debug.so").display()
+        )
+    );
+}

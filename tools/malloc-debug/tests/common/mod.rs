@@ -58,22 +58,25 @@ pub fn ok(o: Output) -> String {
     stdout(&o)
 }
 
+/// tests/programs/NAME.c built with debug info into a fresh directory.
+pub fn compile(name: &str) -> PathBuf {
+    let dir = tmp_dir(&format!("{name}-bin"));
+    let out = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-g", "-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc {} failed", src.display());
+    out
+}
+
 /// tests/programs/leaky.c built with debug info (once per test binary).
 pub fn leaky() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = tmp_dir("leaky-bin");
-        let out = dir.join("leaky");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/leaky.c");
-        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-g", "-O1", "-fno-omit-frame-pointer", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("run cc");
-        assert!(status.success(), "cc {} failed", src.display());
-        out
-    })
+    BIN.get_or_init(|| compile("leaky"))
 }
 
 /// Runs leaky (with `nodes` small allocations) under `malloc-debug run` with an exit-time dump;
