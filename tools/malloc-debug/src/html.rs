@@ -33,15 +33,19 @@ body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.5em; }
 .summary { font-family: monospace; background: #f4f4f4; padding: .6em; }
 .tree { font-family: monospace; font-size: 13px; }
-.tree details, .tree .leaf { margin-left: 1.4em; }
-.tree > details, .tree > .leaf { margin-left: 0; }
-.tree summary { cursor: pointer; padding: 1px 0; }
+.tree summary, .tree .leaf { padding: 1px 0; white-space: nowrap; }
+.tree summary { cursor: pointer; list-style: none; }
+.tree summary::-webkit-details-marker { display: none; }
 .tree summary:hover { background: #fff3d6; }
+.tree .label::before { display: inline-block; width: 1.2em; content: ""; }
+.tree summary .label::before { content: "\25B8"; }
+.tree details[open] > summary .label::before { content: "\25BE"; }
 .num { display: inline-block; text-align: right; color: #555; }
 .bytes { width: 9em; } .pct { width: 5.5em; } .count { width: 6em; }
 .bar { display: inline-block; height: .7em; background: #e8833a; margin: 0 .5em; vertical-align: middle; }
 .bars { display: inline-block; width: 90px; }
-.top td, .top th { padding: 2px 12px 2px 0; text-align: right; }
+.top { border-collapse: collapse; }
+.top td, .top th { padding: 2px 14px 2px 0; text-align: right; font-variant-numeric: tabular-nums; }
 .top td:last-child, .top th:last-child { text-align: left; font-family: monospace; }
 .module { color: #888; }
 .flame { overflow-x: auto; border: 1px solid #ddd; }
@@ -81,7 +85,7 @@ pub fn render(title: &str, dump: &Dump, profile: &Profile, top: usize) -> String
         let frame = &profile.frames[site.frame.unwrap_or_default()];
         let _ = writeln!(
             out,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{:.2}%</td><td class=\"num\">{}</td>\
+            "<tr><td>{}</td><td>{:.2}%</td><td>{}</td>\
              <td>{}</td></tr>",
             site.bytes,
             percent(site.bytes, profile.total_bytes),
@@ -131,10 +135,12 @@ fn node(out: &mut String, profile: &Profile, node: &Node, depth: usize) {
     let line = format!(
         "<span class=\"num bytes\">{}</span><span class=\"num pct\">{pct:.2}%</span>\
          <span class=\"num count\">{}</span><span class=\"bars\"><span class=\"bar\" \
-         style=\"width:{:.0}px\"></span></span><span class=\"label\">{}</span>{module}",
+         style=\"width:{:.0}px\"></span></span><span class=\"label\" \
+         style=\"padding-left:{}em\">{}</span>{module}",
         node.bytes,
         node.count,
         (pct * 0.8).max(1.0),
+        depth as f64 * 1.5,
         escape(&frame.label())
     );
     if node.children.is_empty() || depth >= MAX_DEPTH {

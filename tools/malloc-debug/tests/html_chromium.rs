@@ -259,4 +259,35 @@ fn top_site_is_shown_and_a_click_expands_it() {
         cdp.eval("document.querySelectorAll('#tree details[open]').length"),
         json!(1)
     );
+
+    // MALLOC_DEBUG_SCREENSHOT=FILE.png: the whole page in this state (how docs/report.png is made).
+    if let Some(path) = std::env::var_os("MALLOC_DEBUG_SCREENSHOT") {
+        cdp.eval("window.scrollTo(0, 0)");
+        let width = cdp.call("Page.getLayoutMetrics", json!({}))["cssContentSize"]["width"].clone();
+        let height = cdp.eval("Math.ceil(document.body.getBoundingClientRect().bottom) + 24");
+        let shot = cdp.call(
+            "Page.captureScreenshot",
+            json!({ "format": "png", "captureBeyondViewport": true,
+                    "clip": { "x": 0, "y": 0, "width": width, "height": height, "scale": 1 } }),
+        );
+        std::fs::write(&path, base64(shot["data"].as_str().unwrap())).unwrap();
+        eprintln!("screenshot written to {}", Path::new(&path).display());
+    }
+}
+
+/// Standard base64 (CDP's encoding of binary data) to bytes.
+fn base64(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes().filter(|&c| c != b'=') {
+        let v = ALPHABET.iter().position(|&a| a == c).expect("base64 digit") as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
 }
