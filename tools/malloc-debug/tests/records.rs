@@ -112,3 +112,55 @@ fn malformed_records_name_the_line() {
         "malloc-debug: FILE:1: expected at most 2 more numbers ('<start_ns> <end_ns>') in a malloc line, found \"1: malloc 0x10 8 1 2 3\"\n"
     );
 }
+
+/// End to end on a record file written by the library for leaky.c (3 x malloc(4096), 10 x
+/// malloc(32), calloc(4, 25), nothing freed). record_allocs is being implemented on another
+/// branch: remove the `ignore` once it is merged.
+#[test]
+#[ignore = "needs record_allocs in the library (enable after that branch is merged)"]
+fn summary_of_a_real_record_file() {
+    let dir = tmp_dir("records-real");
+    let file = dir.join("rec.txt");
+    let out = cli()
+        .arg("run")
+        .arg("--options")
+        .arg(format!(
+            "record_allocs record_allocs_file={} record_allocs_on_exit",
+            file.display()
+        ))
+        .arg("--")
+        .arg(leaky())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    // Written at exit as <record file>.<pid>.
+    let written = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.to_string_lossy()
+                .starts_with(&format!("{}.", file.display()))
+        })
+        .unwrap_or_else(|| panic!("no record file in {}: {}", dir.display(), stderr(&out)));
+    let text = ok(cli().arg("records").arg(&written).output().unwrap());
+    let count = |section: &str, key: &str| -> u64 {
+        text.split(section)
+            .nth(1)
+            .and_then(|s| s.lines().find(|l| l.split_whitespace().next() == Some(key)))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} under {section}:\n{text}"))
+    };
+    assert!(count("Calls per type:", "malloc") >= 13, "{text}");
+    assert!(count("Calls per type:", "calloc") >= 1, "{text}");
+    assert!(count("Top requested sizes:", "4096") >= 3, "{text}");
+    assert!(count("Top requested sizes:", "32") >= 10, "{text}");
+    let peak: u64 = text
+        .split("Peak live bytes: ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(peak >= 12708, "{text}");
+    assert!(count("Lifetimes", "not") >= 14, "{text}");
+}
