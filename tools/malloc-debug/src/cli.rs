@@ -27,7 +27,7 @@ usage: malloc-debug COMMAND ...
         disable-program [--no-restart]
         enable-app PKG --options OPTS [--no-logwrapper]
         disable-app PKG
-        dump PID --out FILE [--app] [--prefix DEVICE_PREFIX]
+        dump PID --out FILE [--app] [--prefix DEVICE_PREFIX] [--wait SECONDS]
         push-lib LIB.so [--lib32]
 ";
 
@@ -215,6 +215,8 @@ pub enum DeviceCommand {
         out: PathBuf,
         app: bool,
         prefix: String,
+        /// Seconds to wait for the dump to be complete on the device.
+        wait: u32,
     },
     PushLib {
         lib: PathBuf,
@@ -238,6 +240,7 @@ fn parse_device(args: Vec<OsString>) -> Result<DeviceArgs> {
     let mut app = false;
     let mut prefix = "/data/local/tmp/backtrace_heap".to_string();
     let mut lib32 = false;
+    let mut wait = 30;
     while let Some(arg) = p.next()? {
         match arg {
             Short('s') | Long("serial") => serial = Some(string(p.value()?)?),
@@ -248,6 +251,10 @@ fn parse_device(args: Vec<OsString>) -> Result<DeviceArgs> {
             Long("app") => app = true,
             Long("prefix") => prefix = string(p.value()?)?,
             Long("lib32") => lib32 = true,
+            Long("wait") => {
+                wait = u32::try_from(number(p.value()?, "--wait")?)
+                    .map_err(|_| err!("--wait: too many seconds"))?
+            }
             Value(v) => positional.push(string(v)?),
             _ => return Err(arg.unexpected().into()),
         }
@@ -288,6 +295,7 @@ fn parse_device(args: Vec<OsString>) -> Result<DeviceArgs> {
                 out: out.ok_or_else(|| err!("device dump: --out FILE is required"))?,
                 app,
                 prefix,
+                wait,
             }
         }
         "push-lib" => DeviceCommand::PushLib {

@@ -150,36 +150,53 @@ pub fn main(args: DeviceArgs) -> Result<()> {
             out,
             app,
             prefix,
-        } => dump(&adb, pid, &out, app, &prefix),
+            wait,
+        } => dump(&adb, pid, &out, app, &prefix, wait),
         DeviceCommand::PushLib { lib, lib32 } => push_lib(&adb, &lib, lib32),
     }
 }
 
-/// How many times `dump` polls for the signal-triggered file (one second apart).
-const DUMP_POLLS: u32 = 30;
+/// Waits until `remote` holds a whole dump (its `END` line: bionic writes the file in place, so
+/// a non-empty file may still be growing), then pulls it.
+/// Polls once a second, `wait` + 1 times.
+fn wait_and_pull(adb: &Adb, remote: &str, out: &str, wait: u32) -> Result<bool> {
+    for i in 0..=wait {
+        if adb.shell_ok(&["grep", "-qx", "END", remote]) {
+            adb.run(&["pull", remote, out])?;
+            return Ok(true);
+        }
+        if i < wait {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
+    Ok(false)
+}
 
-fn dump(adb: &Adb, pid: u32, out: &Path, app: bool, prefix: &str) -> Result<()> {
+fn dump(adb: &Adb, pid: u32, out: &Path, app: bool, prefix: &str, wait: u32) -> Result<()> {
     let pid = pid.to_string();
     let out_str = out.to_string_lossy();
     if app {
-        // ActivityThread writes it through debug_write_malloc_leak_info (spec §8.1).
+        // ActivityThread writes it through debug_write_malloc_leak_info (spec §8.1); older
+        // releases return from `am dumpheap` before the app has finished writing.
         let remote = format!("/data/local/tmp/malloc-debug-heap.{pid}.txt");
         adb.shell(&["am", "dumpheap", "-n", &pid, &remote])?;
-        adb.run(&["pull", &remote, &out_str])?;
-        return adb.shell(&["rm", "-f", &remote]);
+        let pulled = wait_and_pull(adb, &remote, &out_str, wait)?;
+        adb.shell(&["rm", "-f", &remote])?;
+        if !pulled {
+            return Err(err!(
+                "{remote} holds no complete heap dump: is app process {pid} running with a \
+                 backtrace option (malloc-debug device enable-app)?"
+            ));
+        }
+        eprintln!("malloc-debug: heap dump of {pid} written to {out_str}");
+        return Ok(());
     }
     // Native processes: SIGRTMAX-17 sets a flag; the dump is written at the next malloc/free.
     let remote = format!("{prefix}.{pid}.txt");
     adb.shell(&["kill", "-47", &pid])?;
-    for i in 0..DUMP_POLLS {
-        if adb.shell_ok(&["test", "-s", &remote]) {
-            adb.run(&["pull", &remote, &out_str])?;
-            eprintln!("malloc-debug: heap dump of {pid} written to {out_str}");
-            return Ok(());
-        }
-        if i + 1 < DUMP_POLLS {
-            std::thread::sleep(std::time::Duration::from_secs(1));
-        }
+    if wait_and_pull(adb, &remote, &out_str, wait)? {
+        eprintln!("malloc-debug: heap dump of {pid} written to {out_str}");
+        return Ok(());
     }
     Err(Error(format!(
         "{remote} did not appear on the device: is process {pid} running with a backtrace \

@@ -1,6 +1,6 @@
 //! `malloc-debug device ...` against a fake `adb` first on PATH that records the exact argv it
-//! receives (one line per call, arguments separated by `|`), answers `shell test -s` by the
-//! presence of a marker file, and makes `pull` write a file.
+//! receives (one line per call, arguments separated by `|`), answers `shell grep -qx END FILE`
+//! (is the dump complete?) by the presence of a marker file, and makes `pull` write a file.
 
 mod common;
 use common::*;
@@ -14,7 +14,7 @@ line=""
 for a in "$@"; do line="$line|$a"; done
 printf '%s\n' "${line#|}" >> "$log"
 case "$*" in
-  "shell test -s "*) [ -e "$FAKE_ADB_DIR/dump-ready" ] || exit 1 ;;
+  "shell grep -qx END "*|"-s "*" shell grep -qx END "*) [ -e "$FAKE_ADB_DIR/dump-ready" ] || exit 1 ;;
 esac
 if [ "$1" = pull ]; then printf 'pulled %s\n' "$2" > "$3"; fi
 if [ "$1" = "-s" ] && [ "$3" = pull ]; then printf 'pulled %s\n' "$4" > "$5"; fi
@@ -176,7 +176,7 @@ fn dump_a_native_process_with_signal_47() {
         adb.calls(),
         [
             "shell|kill|-47|1234".to_string(),
-            "shell|test|-s|/data/local/tmp/backtrace_heap.1234.txt".to_string(),
+            "shell|grep|-qx|END|/data/local/tmp/backtrace_heap.1234.txt".to_string(),
             format!(
                 "pull|/data/local/tmp/backtrace_heap.1234.txt|{}",
                 out.display()
@@ -192,6 +192,7 @@ fn dump_a_native_process_with_signal_47() {
 #[test]
 fn dump_an_app_with_am_dumpheap() {
     let adb = Fake::new("dump-app");
+    std::fs::write(adb.path("dump-ready"), "").unwrap();
     let out = adb.path("app.txt");
     ok(adb.run(&[
         "-s",
@@ -207,6 +208,7 @@ fn dump_an_app_with_am_dumpheap() {
         [
             "-s|R58M|shell|am|dumpheap|-n|4321|/data/local/tmp/malloc-debug-heap.4321.txt"
                 .to_string(),
+            "-s|R58M|shell|grep|-qx|END|/data/local/tmp/malloc-debug-heap.4321.txt".to_string(),
             format!(
                 "-s|R58M|pull|/data/local/tmp/malloc-debug-heap.4321.txt|{}",
                 out.display()
@@ -328,7 +330,7 @@ fn dump_a_real_process_through_a_host_backed_adb() {
     let calls = adb.calls();
     assert_eq!(calls[0], format!("shell|kill|-47|{pid}"));
     let quoted = format!("'{}'", remote.replace('\'', r"'\''"));
-    assert_eq!(calls[1], format!("shell|test|-s|{quoted}"));
+    assert_eq!(calls[1], format!("shell|grep|-qx|END|{quoted}"));
     assert_eq!(
         calls.last().unwrap(),
         &format!("pull|{remote}|{}", out.display())
@@ -343,5 +345,58 @@ fn dump_a_real_process_through_a_host_backed_adb() {
     assert!(
         site.contains("5000") && site.contains("cache_fill (idle.c:12)"),
         "{text}"
+    );
+}
+
+/// No complete dump on the device: an error saying what to check, after `--wait` seconds of
+/// polling (once a second); for an app the remote file is removed all the same.
+#[test]
+fn no_dump_appears() {
+    let adb = Fake::new("no-dump");
+    let out = adb.path("none.txt");
+    let o = adb.run(&["dump", "99", "--out", out.to_str().unwrap(), "--wait", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "+ adb shell kill -47 99\nmalloc-debug: /data/local/tmp/backtrace_heap.99.txt did not \
+         appear on the device: is process 99 running with a backtrace option, and has it \
+         allocated since the signal?\n"
+    );
+    let poll = "shell|grep|-qx|END|/data/local/tmp/backtrace_heap.99.txt";
+    assert_eq!(adb.calls(), ["shell|kill|-47|99", poll, poll]);
+    assert!(!out.exists());
+
+    let adb = Fake::new("no-dump-app");
+    let o = adb.run(&[
+        "dump",
+        "98",
+        "--app",
+        "--out",
+        out.to_str().unwrap(),
+        "--wait",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).ends_with(
+            "malloc-debug: /data/local/tmp/malloc-debug-heap.98.txt holds no complete heap dump: \
+             is app process 98 running with a backtrace option (malloc-debug device enable-app)?\n"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let remote = "/data/local/tmp/malloc-debug-heap.98.txt";
+    assert_eq!(
+        adb.calls(),
+        [
+            format!("shell|am|dumpheap|-n|98|{remote}"),
+            format!("shell|grep|-qx|END|{remote}"),
+            format!("shell|rm|-f|{remote}"),
+        ]
+    );
+    let o = adb.run(&["dump", "98", "--out", "x", "--wait", "soon"]);
+    assert_eq!(
+        stderr(&o),
+        "malloc-debug: --wait: expected a number, got \"soon\"\n"
     );
 }
