@@ -91,6 +91,7 @@ struct Cdp {
     ws: WebSocket<TcpStream>,
     next_id: u64,
     session: Option<String>,
+    events: Vec<Value>,
 }
 
 impl Cdp {
@@ -106,11 +107,12 @@ impl Cdp {
             ws,
             next_id: 0,
             session: None,
+            events: Vec::new(),
         }
     }
 
-    /// Sends a command (to the page session once attached) and returns its `result`, skipping
-    /// the events that arrive in between.
+    /// Sends a command (to the page session once attached) and returns its `result`; the events
+    /// that arrive in between are kept in `events`.
     fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
@@ -128,6 +130,9 @@ impl Cdp {
             if v["id"] == json!(id) {
                 assert!(v.get("error").is_none(), "{method} failed: {v}");
                 return v["result"].clone();
+            }
+            if v.get("method").is_some() {
+                self.events.push(v);
             }
         }
     }
@@ -184,15 +189,16 @@ fn top_site_is_shown_and_a_click_expands_it() {
 
     let (_browser, url) = launch(&chromium, &dir.join("profile"));
     let mut cdp = Cdp::connect(&url);
-    let target = cdp.call(
-        "Target.createTarget",
-        json!({ "url": format!("file://{}", html.display()) }),
-    );
+    let target = cdp.call("Target.createTarget", json!({ "url": "about:blank" }));
     let attached = cdp.call(
         "Target.attachToTarget",
         json!({ "targetId": target["targetId"], "flatten": true }),
     );
     cdp.session = Some(attached["sessionId"].as_str().unwrap().to_string());
+    // Every request the page makes is seen from here on.
+    cdp.call("Network.enable", json!({}));
+    let page_url = format!("file://{}", html.display());
+    cdp.call("Page.navigate", json!({ "url": page_url }));
 
     let start = Instant::now();
     while cdp.eval("document.readyState") != json!("complete")
@@ -204,6 +210,20 @@ fn top_site_is_shown_and_a_click_expands_it() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+
+    // Self-contained: the page itself is the only thing loaded.
+    let requests: Vec<String> = cdp
+        .events
+        .iter()
+        .filter(|e| e["method"] == json!("Network.requestWillBeSent"))
+        .map(|e| {
+            e["params"]["request"]["url"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(requests, std::slice::from_ref(&page_url));
 
     // The top site is first in the summary table and in the tree, and it is on screen.
     assert_eq!(
