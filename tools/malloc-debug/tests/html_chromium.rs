@@ -1,7 +1,8 @@
 //! The HTML report of a real dump (leaky.c) opened in headless Chromium and driven through the
 //! Chrome DevTools protocol (a websocket client, tungstenite): the top allocation site is shown,
 //! its callers are hidden, and a real mouse click (Input.dispatchMouseEvent, so the browser's own
-//! hit testing and click dispatch run) on the site expands it and shows the callers.
+//! hit testing and click dispatch run) on the site expands it and shows the callers; the page
+//! loads nothing but itself; the standalone flamegraph SVG parses as XML.
 //!
 //! Needs Debian's `chromium` package (or `$CHROMIUM` naming a Chromium/Chrome binary); without
 //! one the test prints a warning and passes without checking anything.
@@ -184,6 +185,8 @@ fn top_site_is_shown_and_a_click_expands_it() {
         .arg(dump10())
         .arg("--html")
         .arg(&html)
+        .arg("--flamegraph")
+        .arg(dir.join("flame.svg"))
         .output()
         .unwrap());
 
@@ -293,6 +296,30 @@ fn top_site_is_shown_and_a_click_expands_it() {
         std::fs::write(&path, base64(shot["data"].as_str().unwrap())).unwrap();
         eprintln!("screenshot written to {}", Path::new(&path).display());
     }
+
+    // The standalone flamegraph is well-formed SVG: the browser's XML parser takes it whole.
+    cdp.call(
+        "Page.navigate",
+        json!({ "url": format!("file://{}", dir.join("flame.svg").display()) }),
+    );
+    let start = Instant::now();
+    while cdp.eval("document.readyState") != json!("complete")
+        || cdp.eval("document.documentElement.localName") != json!("svg")
+    {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the flamegraph never loaded as SVG"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        cdp.eval("document.getElementsByTagName('parsererror').length"),
+        json!(0)
+    );
+    assert_eq!(
+        cdp.eval("[...document.querySelectorAll('g > title')].some(t => t.textContent.startsWith('big_buffers (leaky.c:14): 8192 bytes'))"),
+        json!(true)
+    );
 }
 
 /// Standard base64 (CDP's encoding of binary data) to bytes.
