@@ -488,3 +488,74 @@ fn x86_64_bugs_are_reported_under_real_bionic() {
 fn arm64_bugs_are_reported_under_qemu() {
     bugs_are_reported("ANDROID_ROOTFS_ARM64", "aarch64-linux-android");
 }
+
+/// `backtrace_dump_on_exit` under real bionic: the whole v1.2 file appears under the prefix
+/// (temp + rename inside the root's /data), with the leak's record, the maps and END. Android 9
+/// closes fds 0-2 before finalize, which must not matter to a file written at exit.
+fn exit_dump_is_written(var: &str, target: &'static str) {
+    let _serial = serial();
+    let Some((root, lib)) = setup(var, target) else {
+        return;
+    };
+    let dir_in_root = "/data/local/tmp/malloc_debug_test/dumps";
+    let dir = root.dir.join(dir_in_root.trim_start_matches('/'));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let options =
+        format!("backtrace=8 backtrace_dump_on_exit backtrace_dump_prefix={dir_in_root}/heap");
+    let run = run_program_in_root(&root, &lib, &options, &[], &["bugs"]);
+    assert!(run.output.status.success(), "{}", run.describe());
+    let files: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let text = files.first().map(fs::read_to_string);
+    let _ = fs::remove_dir_all(&dir);
+    assert_eq!(files.len(), 1, "exactly the dump, no temp file: {files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().to_string();
+    let pid = name
+        .strip_prefix("heap.")
+        .and_then(|n| n.strip_suffix(".exit.txt"))
+        .unwrap_or_else(|| panic!("dump file name {name}"));
+    assert!(pid.parse::<u32>().is_ok(), "{name}");
+    let text = text.unwrap().unwrap();
+    let (head, rest) = text.split_once("MAPS\n").expect("MAPS section");
+    assert!(rest.ends_with("END\n"), "ends with END");
+    assert!(rest.contains(PROGRAM_IN_ROOT), "maps list the program");
+    let lines: Vec<&str> = head.lines().collect();
+    assert_eq!(lines[0], "Android Native Heap Dump v1.2");
+    assert_eq!(lines[1], "");
+    assert!(lines[2].starts_with("Build fingerprint: '"), "{}", lines[2]);
+    assert_eq!(lines[3], "");
+    assert!(lines[6] == "Backtrace size: 8", "{}", lines[6]);
+    let records: Vec<&str> = lines[8..].to_vec();
+    let declared: usize = lines[5]
+        .strip_prefix("Allocation records: ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(records.len(), declared, "{text}");
+    let mut total = 0usize;
+    for r in &records {
+        let f: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!((f[0], f[2], f[4], f[6]), ("z", "sz", "num", "bt"), "{r}");
+        total += f[3].parse::<usize>().unwrap() * f[5].parse::<usize>().unwrap();
+    }
+    assert_eq!(lines[4], format!("Total memory: {total}"));
+    assert!(
+        records
+            .iter()
+            .any(|r| r.starts_with("z 0  sz     1234  num    1  bt ")),
+        "the leak's record\n{text}"
+    );
+}
+
+#[test]
+fn x86_64_exit_dump_under_real_bionic() {
+    exit_dump_is_written("ANDROID_ROOTFS", "x86_64-linux-android");
+}
+
+#[test]
+fn arm64_exit_dump_under_qemu() {
+    exit_dump_is_written("ANDROID_ROOTFS_ARM64", "aarch64-linux-android");
+}
