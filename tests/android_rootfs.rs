@@ -21,9 +21,9 @@ use std::sync::{Mutex, MutexGuard};
 const SKIPPED_STATUS: i32 = 3;
 const PROGRAM_IN_ROOT: &str = "/data/local/tmp/malloc_debug_test/malloc_test";
 const PROGRAM_NAME: &str = "malloc_test";
-const ENABLED_LINE: &str = "I malloc_debug: malloc_test: malloc debug enabled";
 
-/// What tests/../scripts/android-test-program/malloc_test.c prints when everything works.
+/// What tests/../scripts/android-test-program/malloc_test.c prints after its `progname:` line
+/// when everything works.
 const EXPECTED_STDOUT: &[&str] = &[
     "malloc(100): ok",
     "malloc_usable_size >= 100: ok",
@@ -158,6 +158,21 @@ impl Run {
         )
     }
 
+    /// getprogname() as the program printed it: bionic's malloc debug prefixes its log lines with
+    /// it (Android 9 and 10 report argv[0] whole, Android 11 its base name).
+    fn progname(&self) -> String {
+        let lines = self.stdout_lines();
+        let first = lines.first().map(String::as_str).unwrap_or_default();
+        first
+            .strip_prefix("progname: ")
+            .unwrap_or_else(|| panic!("no progname line\n{}", self.describe()))
+            .to_string()
+    }
+
+    fn enabled_line(&self) -> String {
+        format!("I malloc_debug: {}: malloc debug enabled", self.progname())
+    }
+
     fn assert_program_ok(&self) {
         assert!(
             self.output.status.success(),
@@ -165,7 +180,7 @@ impl Run {
             self.describe()
         );
         assert_eq!(
-            self.stdout_lines(),
+            self.stdout_lines().get(1..).unwrap_or_default(),
             EXPECTED_STDOUT,
             "program output\n{}",
             self.describe()
@@ -182,6 +197,17 @@ impl Run {
 }
 
 fn run_in_root(root: &Root, lib_dir: &Path, options: &str, extra: &[&str]) -> Run {
+    run_program_in_root(root, lib_dir, options, extra, &[])
+}
+
+/// `extra`: arguments of scripts/android-rootfs-run; `args`: the test program's.
+fn run_program_in_root(
+    root: &Root,
+    lib_dir: &Path,
+    options: &str,
+    extra: &[&str],
+    args: &[&str],
+) -> Run {
     let log_file = target_dir().join(format!(
         "android-rootfs-{}-{}.log",
         root.target,
@@ -199,6 +225,7 @@ fn run_in_root(root: &Root, lib_dir: &Path, options: &str, extra: &[&str]) -> Ru
         .args(extra)
         .arg("--")
         .arg(PROGRAM_IN_ROOT)
+        .args(args)
         .env("ANDROID_ROOTFS", &root.dir)
         .output()
         .expect("run scripts/android-rootfs-run");
@@ -226,11 +253,14 @@ fn setup(var: &str, target: &'static str) -> Option<(Root, PathBuf)> {
 
 /// Android 11+ libc looks for the `com_android_runtime` namespace (Android 10: `runtime`).
 fn has_com_android_runtime_namespace(root: &Root) -> bool {
+    libc_contains(root, b"com_android_runtime")
+}
+
+/// Whether the root's libc.so holds `needle` (a string it logs or looks up), to tell releases apart.
+fn libc_contains(root: &Root, needle: &[u8]) -> bool {
     let libc = resolve_in_root(&root.dir, "system/lib64/libc.so");
     let bytes = fs::read(libc).unwrap_or_default();
-    bytes
-        .windows(b"com_android_runtime".len())
-        .any(|w| w == b"com_android_runtime")
+    bytes.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Follows a (possibly absolute, root-relative) symlink inside the root.
@@ -273,7 +303,7 @@ fn x86_64_verbose_under_real_bionic() {
     };
     let run = run_in_root(&root, &lib, "verbose", &[]);
     run.assert_program_ok();
-    run.assert_log_has(ENABLED_LINE);
+    run.assert_log_has(&run.enabled_line());
     assert!(
         !run.log.iter().any(|l| l.starts_with("E libc:")),
         "libc reported an error\n{}",
@@ -303,7 +333,7 @@ fn x86_64_namespace_path() {
     }
     let run = run_in_root(&root, &lib, "verbose", &["--namespace"]);
     run.assert_program_ok();
-    run.assert_log_has(ENABLED_LINE);
+    run.assert_log_has(&run.enabled_line());
     assert!(
         !run.log
             .iter()
@@ -322,10 +352,14 @@ fn x86_64_bad_option_fails_like_bionic() {
     let run = run_in_root(&root, &lib, "foo", &[]);
     // The program still runs, with the native allocator.
     run.assert_program_ok();
-    run.assert_log_has("E malloc_debug: malloc_test: unknown option foo");
-    run.assert_log_has("E libc: malloc_test: failed to enable malloc debug");
+    let name = run.progname();
+    run.assert_log_has(&format!("E malloc_debug: {name}: unknown option foo"));
+    // Android 9's libc unloads the library silently; later releases say so.
+    if libc_contains(&root, b"%s: failed to enable malloc %s") {
+        run.assert_log_has(&format!("E libc: {name}: failed to enable malloc debug"));
+    }
     assert!(
-        !run.log.iter().any(|l| l == ENABLED_LINE),
+        !run.log.iter().any(|l| *l == run.enabled_line()),
         "enabled anyway\n{}",
         run.describe()
     );
@@ -350,7 +384,7 @@ fn arm64_verbose_under_qemu() {
     };
     let run = run_in_root(&root, &lib, "verbose", &[]);
     run.assert_program_ok();
-    run.assert_log_has(ENABLED_LINE);
+    run.assert_log_has(&run.enabled_line());
 }
 
 #[test]
@@ -382,4 +416,146 @@ fn imports_exist(root: &Root, lib_dir: &Path) {
         "{}: imports not exported by the root's libc/libdl/liblog: {missing:?}",
         root.target
     );
+}
+
+/// Detection and backtraces under real bionic: a one-byte overflow caught by the rear guard at
+/// free and a leak reported at exit, both with backtraces that name the faulting functions of the
+/// test program (frame-pointer walk on arm64, cached CFI on x86_64, both symbolized from the
+/// program's own symbol table through /proc/self/maps).
+fn bugs_are_reported(var: &str, target: &'static str) {
+    let _serial = serial();
+    let Some((root, lib)) = setup(var, target) else {
+        return;
+    };
+    let run = run_program_in_root(&root, &lib, "guard backtrace leak_track", &[], &["bugs"]);
+    assert!(run.output.status.success(), "{}", run.describe());
+    let stdout = run.stdout_lines();
+    assert!(
+        stdout.iter().any(|l| l == "leaked malloc(1234): ok"),
+        "{}",
+        run.describe()
+    );
+    let log = run.log.join("\n");
+    let find = |needle: &str| -> usize {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not logged\n{}", run.describe()))
+    };
+    let guard = find(" SIZE 100 HAS A CORRUPTED REAR GUARD");
+    let guard_line = &log[log[..guard].rfind('\n').map_or(0, |i| i + 1)..];
+    assert!(
+        guard_line.starts_with("E malloc_debug: +++ ALLOCATION 0x"),
+        "{}",
+        run.describe()
+    );
+    let byte = find("  allocation[100] = 0x00 (expected 0xbb)");
+    let failure_bt = find("Backtrace at time of failure:");
+    let overflow_frame = find(&format!("{PROGRAM_IN_ROOT} (overflow_here+"));
+    assert!(guard < byte && byte < failure_bt && failure_bt < overflow_frame);
+    let leak = find(&format!(
+        "E malloc_debug: +++ {} leaked block of size 1234 at 0x",
+        run.progname()
+    ));
+    // Android 11's libc itself leaks a block (its atfork record), so N varies by release.
+    let leak_line = log[leak..].lines().next().unwrap_or_default();
+    let (k, n) = leak_line
+        .rsplit_once(" (leak ")
+        .and_then(|(_, t)| t.strip_suffix(')')?.split_once(" of "))
+        .unwrap_or_else(|| panic!("leak line {leak_line:?}"));
+    let (k, n): (usize, usize) = (k.parse().unwrap(), n.parse().unwrap());
+    assert!(1 <= k && k <= n, "{leak_line}");
+    let alloc_bt = log[leak..]
+        .find("Backtrace at time of allocation:")
+        .map(|i| i + leak)
+        .unwrap_or_else(|| panic!("no allocation backtrace\n{}", run.describe()));
+    assert!(
+        log[alloc_bt..].contains(&format!("{PROGRAM_IN_ROOT} (leak_here+")),
+        "leak_here not in the allocation backtrace\n{}",
+        run.describe()
+    );
+    assert!(
+        log.contains("E malloc_debug:           #00  pc 0"),
+        "frame lines in the production format\n{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn x86_64_bugs_are_reported_under_real_bionic() {
+    bugs_are_reported("ANDROID_ROOTFS", "x86_64-linux-android");
+}
+
+#[test]
+fn arm64_bugs_are_reported_under_qemu() {
+    bugs_are_reported("ANDROID_ROOTFS_ARM64", "aarch64-linux-android");
+}
+
+/// `backtrace_dump_on_exit` under real bionic: the whole v1.2 file appears under the prefix
+/// (temp + rename inside the root's /data), with the leak's record, the maps and END. Android 9
+/// closes fds 0-2 before finalize, which must not matter to a file written at exit.
+fn exit_dump_is_written(var: &str, target: &'static str) {
+    let _serial = serial();
+    let Some((root, lib)) = setup(var, target) else {
+        return;
+    };
+    let dir_in_root = "/data/local/tmp/malloc_debug_test/dumps";
+    let dir = root.dir.join(dir_in_root.trim_start_matches('/'));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let options =
+        format!("backtrace=8 backtrace_dump_on_exit backtrace_dump_prefix={dir_in_root}/heap");
+    let run = run_program_in_root(&root, &lib, &options, &[], &["bugs"]);
+    assert!(run.output.status.success(), "{}", run.describe());
+    let files: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let text = files.first().map(fs::read_to_string);
+    let _ = fs::remove_dir_all(&dir);
+    assert_eq!(files.len(), 1, "exactly the dump, no temp file: {files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().to_string();
+    let pid = name
+        .strip_prefix("heap.")
+        .and_then(|n| n.strip_suffix(".exit.txt"))
+        .unwrap_or_else(|| panic!("dump file name {name}"));
+    assert!(pid.parse::<u32>().is_ok(), "{name}");
+    let text = text.unwrap().unwrap();
+    let (head, rest) = text.split_once("MAPS\n").expect("MAPS section");
+    assert!(rest.ends_with("END\n"), "ends with END");
+    assert!(rest.contains(PROGRAM_IN_ROOT), "maps list the program");
+    let lines: Vec<&str> = head.lines().collect();
+    assert_eq!(lines[0], "Android Native Heap Dump v1.2");
+    assert_eq!(lines[1], "");
+    assert!(lines[2].starts_with("Build fingerprint: '"), "{}", lines[2]);
+    assert_eq!(lines[3], "");
+    assert!(lines[6] == "Backtrace size: 8", "{}", lines[6]);
+    let records: Vec<&str> = lines[8..].to_vec();
+    let declared: usize = lines[5]
+        .strip_prefix("Allocation records: ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(records.len(), declared, "{text}");
+    let mut total = 0usize;
+    for r in &records {
+        let f: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!((f[0], f[2], f[4], f[6]), ("z", "sz", "num", "bt"), "{r}");
+        total += f[3].parse::<usize>().unwrap() * f[5].parse::<usize>().unwrap();
+    }
+    assert_eq!(lines[4], format!("Total memory: {total}"));
+    assert!(
+        records
+            .iter()
+            .any(|r| r.starts_with("z 0  sz     1234  num    1  bt ")),
+        "the leak's record\n{text}"
+    );
+}
+
+#[test]
+fn x86_64_exit_dump_under_real_bionic() {
+    exit_dump_is_written("ANDROID_ROOTFS", "x86_64-linux-android");
+}
+
+#[test]
+fn arm64_exit_dump_under_qemu() {
+    exit_dump_is_written("ANDROID_ROOTFS_ARM64", "aarch64-linux-android");
 }

@@ -135,57 +135,58 @@ fn missing_library_is_reported_and_program_runs() {
     assert_eq!(line.pid, line.tid, "initialised on the main thread");
 }
 
-#[test]
-fn library_without_a_dispatch_entry_is_rejected() {
-    let lib = fake_lib("libfake_no_malloc_info.so", &["-DOMIT_MALLOC_INFO"]);
+/// Loads the stand-in library built with `defines` under `options` and checks that libc's side
+/// refuses it with exactly `message(library path)`, leaving the program on glibc's allocator
+/// (the library unmapped again, and "FAKE: initialize" never printed).
+fn assert_fake_library_refused(
+    file: &str,
+    defines: &[&str],
+    options: &str,
+    message: &dyn Fn(&std::path::Path) -> String,
+) {
+    let lib = fake_lib(file, defines);
+    let stem = file.trim_end_matches(".so");
     let out = run_under_front(
         probe(),
-        &["maps", "libfake_no_malloc_info"],
-        Some("verbose"),
+        &["maps", stem],
+        Some(options),
         &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
     );
     assert_exit_code(&out, 0);
-    // dlclosed again, and debug_initialize never called (it would print "FAKE: initialize").
     assert_eq!(stdout_of(&out), "mapped=no\nalloc ok\n");
-    assert_log(
-        &out,
-        &[("libc", 'E', "probe: dlsym(\"debug_malloc_info\") failed")],
+    assert_log(&out, &[("libc", 'E', &message(&lib))]);
+}
+
+#[test]
+fn library_without_a_dispatch_entry_is_rejected() {
+    assert_fake_library_refused(
+        "libfake_no_malloc_info.so",
+        &["-DOMIT_MALLOC_INFO"],
+        "verbose",
+        &|_| "probe: dlsym(\"debug_malloc_info\") failed".to_string(),
     );
 }
 
 #[test]
 fn library_without_a_control_function_is_rejected() {
-    let lib = fake_lib("libfake_no_finalize.so", &["-DOMIT_FINALIZE"]);
-    let out = run_under_front(
-        probe(),
-        &["maps", "libfake_no_finalize"],
-        Some("verbose"),
-        &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
+    assert_fake_library_refused(
+        "libfake_no_finalize.so",
+        &["-DOMIT_FINALIZE"],
+        "verbose",
+        &|lib| {
+            format!(
+                "probe: debug_finalize routine not found in {}",
+                lib.display()
+            )
+        },
     );
-    assert_exit_code(&out, 0);
-    assert_eq!(stdout_of(&out), "mapped=no\nalloc ok\n");
-    let msg = format!(
-        "probe: debug_finalize routine not found in {}",
-        lib.display()
-    );
-    assert_log(&out, &[("libc", 'E', &msg)]);
 }
 
 #[test]
 fn failed_initialize_is_reported_and_library_unloaded() {
-    let lib = fake_lib("libfake_debug.so", &[]);
-    let out = run_under_front(
-        probe(),
-        &["maps", "libfake_debug"],
-        Some("fail"),
-        &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
-    );
-    assert_exit_code(&out, 0);
-    assert_eq!(stdout_of(&out), "mapped=no\nalloc ok\n");
-    assert_log(
-        &out,
-        &[("libc", 'E', "probe: failed to enable malloc debug")],
-    );
+    assert_fake_library_refused("libfake_debug.so", &[], "fail", &|_| {
+        "probe: failed to enable malloc debug".to_string()
+    });
 }
 
 #[test]

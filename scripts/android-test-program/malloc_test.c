@@ -17,8 +17,23 @@ extern int dprintf(int fd, const char* fmt, ...);
 extern int strcmp(const char* a, const char* b);
 extern void* memset(void* p, int c, size_t n);
 extern void exit(int status) __attribute__((noreturn));
+extern const char* getprogname(void);
 
 static int failures;
+
+// The "bugs" mode's faults, in named functions so the reports' backtraces can be checked.
+__attribute__((noinline)) void* leak_here(size_t n) {
+  void* p = malloc(n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+
+__attribute__((noinline)) void overflow_here(void) {
+  unsigned char* p = malloc(100);
+  // One byte past the end: the rear guard catches it at free.
+  ((volatile unsigned char*)p)[100] = 0;
+  free(p);
+}
 
 static void check(const char* what, int ok) {
   dprintf(1, "%s: %s\n", what, ok ? "ok" : "FAILED");
@@ -27,6 +42,8 @@ static void check(const char* what, int ok) {
 
 int main(int argc, char** argv, char** envp) {
   (void)envp;
+  // malloc debug's log lines start with this name; its form differs between bionic releases.
+  dprintf(1, "progname: %s\n", getprogname());
   unsigned char* p = malloc(100);
   check("malloc(100)", p != 0);
   if (p == 0) exit(1);
@@ -68,6 +85,11 @@ int main(int argc, char** argv, char** envp) {
   if (argc > 1 && strcmp(argv[1], "leak") == 0) {
     void* leaked = malloc(1234);
     check("leaked malloc(1234)", leaked != 0);
+  }
+
+  if (argc > 1 && strcmp(argv[1], "bugs") == 0) {
+    overflow_here();
+    check("leaked malloc(1234)", leak_here(1234) != 0);
   }
 
   dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");

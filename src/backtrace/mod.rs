@@ -18,6 +18,7 @@ mod rule;
 #[cfg(all(target_arch = "aarch64", target_os = "android"))]
 mod stack;
 mod symbols;
+mod symtab;
 mod table;
 mod walk;
 

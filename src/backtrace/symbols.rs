@@ -1,9 +1,11 @@
 //! The live [`Resolver`]: maps from /proc/self/maps, the relative pc computed from the ELF
-//! header at the map start (abi §7.5), symbols from `dladdr`, names demangled with
-//! `__cxa_demangle` when the process has it. Error/report paths only.
+//! header at the map start (abi §7.5), symbols from the mapped file's `.symtab` when it has one
+//! (as libunwindstack reads them) and else from `dladdr`, names demangled with `__cxa_demangle`
+//! when the process has it. Error/report paths only.
 
 use super::format::{MapRef, Resolved, Resolver};
 use super::maps::{Maps, PROT_EXEC, PROT_READ};
+use super::symtab::SymtabFiles;
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -25,6 +27,7 @@ const E_PHNUM: usize = 44;
 pub struct LiveResolver {
     maps: Option<Maps>,
     name: [u8; 512],
+    symtab: SymtabFiles,
 }
 
 impl LiveResolver {
@@ -33,6 +36,7 @@ impl LiveResolver {
         LiveResolver {
             maps: Maps::read_self(),
             name: [0; 512],
+            symtab: SymtabFiles::new(),
         }
     }
 
@@ -52,22 +56,31 @@ impl Resolver for LiveResolver {
             file: sym.fname,
             ..Resolved::default()
         };
-        if let Some(sname) = sym.sname {
-            let name = demangle(sname, &mut self.name);
-            out.symbol = Some((name, pc.wrapping_sub(sym.saddr) as u64));
-        }
-        if let Some(maps) = &self.maps
+        let mut raw_symbol = sym.sname.map(|s| (s, pc.wrapping_sub(sym.saddr) as u64));
+        let LiveResolver { maps, name, symtab } = self;
+        if let Some(maps) = maps
             && let Some(i) = maps.find(pc)
         {
             let (rel_pc, elf_start_offset) = rel_pc(maps, i, pc);
             let e = &maps.entries()[i];
             out.rel_pc = rel_pc as u64;
+            let map_name = maps.name(e);
             out.map = Some(MapRef {
-                name: maps.name(e),
+                name: map_name,
                 start: e.start as u64,
                 offset: e.offset as u64,
                 elf_start_offset: elf_start_offset as u64,
             });
+            // An ELF embedded in an APK has no file of its own to read.
+            if elf_start_offset == 0
+                && map_name.first() == Some(&b'/')
+                && let Some(found) = symtab.lookup(map_name, rel_pc as u64)
+            {
+                raw_symbol = Some(found);
+            }
+        }
+        if let Some((sname, offset)) = raw_symbol {
+            out.symbol = Some((demangle(sname, name), offset));
         }
         f(&out)
     }
@@ -209,7 +222,7 @@ fn elf_info(maps: &Maps, i: usize) -> (bool, usize) {
 }
 
 /// (rel_pc, ELF start offset) for `pc` in map `i` (the reference's CalculateRelPc).
-fn rel_pc(maps: &Maps, i: usize, pc: usize) -> (usize, usize) {
+pub(super) fn rel_pc(maps: &Maps, i: usize, pc: usize) -> (usize, usize) {
     let v = maps.entries();
     let Some(e) = v.get(i) else { return (0, 0) };
     let (valid, bias) = elf_info(maps, i);
