@@ -283,6 +283,38 @@ fn top_site_is_shown_and_a_click_expands_it() {
         json!(1)
     );
 
+    // "Expand all" then "Collapse all", clicked like the site.
+    let total = cdp.eval("document.querySelectorAll('#tree details').length");
+    assert!(total.as_u64().unwrap() > 3, "{total}");
+    for (button, open) in [("Expand all", total.clone()), ("Collapse all", json!(0))] {
+        let at = cdp.eval(&format!(
+            "(() => {{ const b = [...document.querySelectorAll('button')].find(b => b.textContent == {button:?}); \
+             b.scrollIntoView(); const r = b.getBoundingClientRect(); \
+             return [r.left + r.width / 2, r.top + r.height / 2]; }})()"
+        ));
+        cdp.click(at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+        let start = Instant::now();
+        while cdp.eval("document.querySelectorAll('#tree details[open]').length") != open {
+            assert!(
+                start.elapsed() < PATIENCE,
+                "clicking {button} did not give {open} open nodes"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // Reopen the top site for the screenshot.
+    let at = cdp.eval(&format!(
+        "(() => {{ const e = document.querySelector('{first} > summary .label'); \
+         e.scrollIntoView(); const r = e.getBoundingClientRect(); \
+         return [r.left + r.width / 2, r.top + r.height / 2]; }})()"
+    ));
+    cdp.click(at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+    let start = Instant::now();
+    while cdp.eval(&format!("document.querySelector('{first}').open")) != json!(true) {
+        assert!(start.elapsed() < PATIENCE, "the top site did not reopen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
     // MALLOC_DEBUG_SCREENSHOT=FILE.png: the whole page in this state (how docs/report.png is made).
     if let Some(path) = std::env::var_os("MALLOC_DEBUG_SCREENSHOT") {
         cdp.eval("window.scrollTo(0, 0)");
