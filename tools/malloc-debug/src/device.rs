@@ -204,17 +204,23 @@ fn dump(adb: &Adb, pid: u32, out: &Path, app: bool, prefix: &str, wait: u32) -> 
     )))
 }
 
-/// For testing on a userdebug device: bind-mounts the library over the runtime APEX's copy
-/// (until reboot; no remount of /system needed).
+/// For testing on a userdebug device: bind-mounts the library over the system's copy (the
+/// runtime APEX's, or /system's before Android 10) until reboot; no remount of /system needed.
 fn push_lib(adb: &Adb, lib: &Path, lib32: bool) -> Result<()> {
     if !lib.is_file() {
         return Err(err!("{}: no such file", lib.display()));
     }
     let dir = if lib32 { "lib" } else { "lib64" };
     let staged = format!("/data/local/tmp/{dir}-libc_malloc_debug.so");
-    let target = format!("/apex/com.android.runtime/{dir}/bionic/libc_malloc_debug.so");
     adb.run(&["root"])?;
     adb.run(&["wait-for-device"])?;
+    // Android 10 and later load it from the runtime APEX, earlier releases from /system.
+    let apex = format!("/apex/com.android.runtime/{dir}/bionic/libc_malloc_debug.so");
+    let target = if adb.shell_ok(&["test", "-e", &apex]) {
+        apex
+    } else {
+        format!("/system/{dir}/libc_malloc_debug.so")
+    };
     adb.run(&["push", &lib.to_string_lossy(), &staged])?;
     adb.shell(&["chmod", "644", &staged])?;
     adb.shell(&["chcon", "u:object_r:system_lib_file:s0", &staged])?;

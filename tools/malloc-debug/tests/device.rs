@@ -14,6 +14,7 @@ line=""
 for a in "$@"; do line="$line|$a"; done
 printf '%s\n' "${line#|}" >> "$log"
 case "$*" in
+  "shell test -e /apex/"*) [ -e "$FAKE_ADB_DIR/apex" ] || exit 1 ;;
   "shell grep -qx END "*|"-s "*" shell grep -qx END "*) [ -e "$FAKE_ADB_DIR/dump-ready" ] || exit 1 ;;
 esac
 if [ "$1" = pull ]; then printf 'pulled %s\n' "$2" > "$3"; fi
@@ -224,24 +225,40 @@ fn dump_an_app_with_am_dumpheap() {
 
 #[test]
 fn push_the_library_to_a_userdebug_device() {
+    // Android 10+: over the runtime APEX's copy.
     let adb = Fake::new("push");
+    std::fs::write(adb.path("apex"), "").unwrap();
     let lib = adb.path("libc_malloc_debug.so");
     std::fs::write(&lib, "ELF").unwrap();
     ok(adb.run(&["push-lib", lib.to_str().unwrap()]));
-    let target = "/apex/com.android.runtime/lib64/bionic/libc_malloc_debug.so";
+    let apex = "/apex/com.android.runtime/lib64/bionic/libc_malloc_debug.so";
     let staged = "/data/local/tmp/lib64-libc_malloc_debug.so";
-    assert_eq!(
-        adb.calls(),
-        [
+    let expected = |target: &str, staged: &str, probe: &str| {
+        vec![
             "root".to_string(),
             "wait-for-device".to_string(),
+            format!("shell|test|-e|{probe}"),
             format!("push|{}|{staged}", lib.display()),
             format!("shell|chmod|644|{staged}"),
             format!("shell|chcon|u:object_r:system_lib_file:s0|{staged}"),
             format!("shell|umount|{target}"),
             format!("shell|mount|-o|bind|{staged}|{target}"),
         ]
+    };
+    assert_eq!(adb.calls(), expected(apex, staged, apex));
+
+    // Android 9 and earlier (no APEX), 32-bit: over /system/lib's copy.
+    let adb = Fake::new("push-p");
+    ok(adb.run(&["push-lib", "--lib32", lib.to_str().unwrap()]));
+    assert_eq!(
+        adb.calls(),
+        expected(
+            "/system/lib/libc_malloc_debug.so",
+            "/data/local/tmp/lib-libc_malloc_debug.so",
+            "/apex/com.android.runtime/lib/bionic/libc_malloc_debug.so"
+        )
     );
+
     let out = adb.run(&["push-lib", "/nonexistent.so"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
