@@ -164,3 +164,22 @@ fn finds_the_library_next_to_itself_or_in_malloc_debug_lib_dir() {
         )
     );
 }
+
+/// `--program NAME` plays libc.debug.malloc.program: only a process whose name contains NAME
+/// gets malloc debug; here the shell does not, the leaky child it starts does.
+#[test]
+fn program_filter() {
+    let script = format!("{} 1; echo $?", leaky().display());
+    let out = cli()
+        .args(["run", "--options", "verbose", "--program", "leaky", "--"])
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "7\n", "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(
+        log.contains("I malloc_debug: leaky: malloc debug enabled"),
+        "{log}"
+    );
+    assert!(!log.contains("sh: malloc debug enabled"), "{log}");
+}
