@@ -32,9 +32,20 @@ fn tracking_on(state: &State) -> bool {
 /// Returns the user pointer, or None (block already given back) if the allocator reports no
 /// usable size.
 fn init_header(state: &State, orig: usize, header_at: usize, size: usize) -> Option<usize> {
-    let layout = &state.layout;
     // SAFETY: `orig` was just returned by the native allocator.
     let native_usable = unsafe { (state.dispatch.malloc_usable_size)(orig as *const c_void) };
+    init_header_with_usable(state, orig, header_at, size, native_usable)
+}
+
+/// `init_header` for a caller that already asked the allocator for `native_usable`.
+fn init_header_with_usable(
+    state: &State,
+    orig: usize,
+    header_at: usize,
+    size: usize,
+    native_usable: usize,
+) -> Option<usize> {
+    let layout = &state.layout;
     if native_usable == 0 {
         // SAFETY: giving back the block we were handed.
         unsafe { (state.dispatch.free)(orig as *mut c_void) };
@@ -157,11 +168,10 @@ pub fn calloc(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
             return null_mut();
         }
         // SAFETY: the whole usable block is ours to zero.
-        unsafe {
-            let usable = (d.malloc_usable_size)(orig as *const c_void);
-            core::ptr::write_bytes(orig as *mut u8, 0, usable);
-        }
-        match init_header(state, orig, orig, total) {
+        let usable = unsafe { (d.malloc_usable_size)(orig as *const c_void) };
+        // SAFETY: as above.
+        unsafe { core::ptr::write_bytes(orig as *mut u8, 0, usable) };
+        match init_header_with_usable(state, orig, orig, total, usable) {
             Some(p) => p,
             None => return null_mut(),
         }
@@ -265,6 +275,8 @@ pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, siz
 fn internal_free(state: &State, pointer: usize) {
     crate::deferred::on_internal_malloc_or_free(state);
     let d = state.dispatch;
+    // Without a header, the usable size costs a native call: ask only when something needs it.
+    let needs_bytes = state.has(bits::FILL_ON_FREE) || state.has(bits::FREE_TRACK);
     let (bytes, orig) = if state.layout.header {
         let h = header(state, pointer);
         guard::check(state, pointer, h.size);
@@ -274,12 +286,14 @@ fn internal_free(state: &State, pointer: usize) {
                 .write_unaligned(DEBUG_FREE_TAG)
         };
         (h.usable_size, h.orig_pointer)
-    } else {
+    } else if needs_bytes {
         // SAFETY: a live native allocation.
         (
             unsafe { (d.malloc_usable_size)(pointer as *const c_void) },
             pointer,
         )
+    } else {
+        (0, pointer)
     };
     if state.has(bits::FILL_ON_FREE) {
         fill(
@@ -403,8 +417,13 @@ fn realloc_native(state: &State, old: usize, real: usize) -> *mut c_void {
     } else {
         None
     };
-    // SAFETY: a verified live native allocation.
-    let prev = unsafe { (d.malloc_usable_size)(old as *const c_void) };
+    // Only fill_on_alloc needs the old usable size (a native call on every realloc otherwise).
+    let prev = if state.has(bits::FILL_ON_ALLOC) {
+        // SAFETY: a verified live native allocation.
+        unsafe { (d.malloc_usable_size)(old as *const c_void) }
+    } else {
+        0
+    };
     // SAFETY: as above.
     let new = unsafe { (d.realloc)(old as *mut c_void, real) } as usize;
     if new == 0 {

@@ -167,7 +167,7 @@ pub fn verify(state: &State, entry: &Freed) -> bool {
     // SAFETY: [pointer, pointer+checked) lies inside the block's usable size.
     let bytes = unsafe { core::slice::from_raw_parts(pointer as *const u8, checked) };
     for chunk in bytes.chunks(COMPARE_CHUNK) {
-        if chunk.iter().any(|&b| b != FILL_FREE_BYTE) {
+        if !crate::bytes::all_equal(chunk, FILL_FREE_BYTE) {
             report_used_after_free(state, entry, bytes);
         }
     }

@@ -61,7 +61,7 @@ fn check_one(
     first_index: isize,
     expected: u8,
 ) {
-    if guard.iter().all(|&b| b == expected) {
+    if crate::bytes::all_equal(guard, expected) {
         return;
     }
     failure::divider();

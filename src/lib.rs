@@ -9,6 +9,7 @@
 
 mod alloc;
 mod backtrace;
+mod bytes;
 pub mod config;
 mod deferred;
 mod dispatch;
