@@ -273,6 +273,14 @@ pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, siz
 
 /// The internal free shared by free and realloc (spec §2.8 step 4).
 fn internal_free(state: &State, pointer: usize) {
+    if tracking_on(state) {
+        tracking::untrack(pointer);
+    }
+    free_untracked(state, pointer);
+}
+
+/// `internal_free` for a block already out of the live table.
+fn free_untracked(state: &State, pointer: usize) {
     crate::deferred::on_internal_malloc_or_free(state);
     let d = state.dispatch;
     // Without a header, the usable size costs a native call: ask only when something needs it.
@@ -303,9 +311,6 @@ fn internal_free(state: &State, pointer: usize) {
             bytes.min(state.config.fill_on_free_bytes),
         );
     }
-    if tracking_on(state) {
-        tracking::untrack(pointer);
-    }
     if state.has(bits::FREE_TRACK) {
         let frames = state.config.free_track_backtrace_num_frames;
         let backtrace_id = if frames > 0 {
@@ -330,10 +335,12 @@ fn internal_free(state: &State, pointer: usize) {
 }
 
 pub fn free(cx: &Entered, pointer: *mut c_void) {
-    if !verify::check(cx.state, pointer as usize, "free") {
-        return;
+    if let Some(record) = verify::check_and_untrack(cx.state, pointer as usize, "free") {
+        if let Some(info) = record {
+            tracking::release_backtrace(info.backtrace_id);
+        }
+        free_untracked(cx.state, pointer as usize);
     }
-    internal_free(cx.state, pointer as usize);
 }
 
 pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void {

@@ -1,25 +1,24 @@
 //! Checking that memory still holds a fill pattern, on every free (guards) and every free_track
-//! eviction. Most checks pass, so the common case is compared a word at a time without an
-//! early exit inside each 64-byte block, which the compiler vectorises; the slow byte-by-byte
-//! walk is left to the reports.
+//! eviction. Most checks pass, so the common case is compared a word at a time, leaving early
+//! at most once per 64-byte block; the slow byte-by-byte walk is left to the reports.
 
 const BLOCK: usize = 64;
 const WORD: usize = core::mem::size_of::<u64>();
 
 /// Whether every byte of `bytes` equals `value`.
+#[inline]
 pub fn all_equal(bytes: &[u8], value: u8) -> bool {
     let pattern = u64::from_ne_bytes([value; WORD]);
-    let mut blocks = bytes.chunks_exact(BLOCK);
-    for block in &mut blocks {
-        let diff = block
-            .chunks_exact(WORD)
-            .map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()) ^ pattern)
-            .fold(0, |acc, d| acc | d);
-        if diff != 0 {
+    let mut words = bytes.chunks_exact(WORD);
+    let mut diff = 0;
+    for (i, w) in (&mut words).enumerate() {
+        diff |= u64::from_ne_bytes(w.try_into().unwrap_or_default()) ^ pattern;
+        // Leave early only once per block, so the loop body stays branch-light.
+        if i % (BLOCK / WORD) == BLOCK / WORD - 1 && diff != 0 {
             return false;
         }
     }
-    blocks.remainder().iter().all(|&b| b == value)
+    diff == 0 && words.remainder().iter().all(|&b| b == value)
 }
 
 #[cfg(test)]

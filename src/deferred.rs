@@ -25,6 +25,8 @@ pub fn on_internal_malloc_or_free(state: &State) {
 }
 
 /// `Logging allocator stats...` and `mallopt(M_LOG_STATS, 0)` on the native allocator.
+#[cold]
+#[inline(never)]
 pub fn log_allocator_stats(state: &State) {
     log_info!("Logging allocator stats...");
     // SAFETY: plain native call.

@@ -22,7 +22,7 @@ pub fn enter() -> Option<Entered> {
     }
     let state = state::get()?;
     let gate = sync::GATE.enter();
-    let disabled = DisabledScope::enter();
+    let disabled = DisabledScope::enter_clear();
     Some(Entered {
         state,
         _signal: BacktraceSignalBlock::new(),

@@ -149,13 +149,7 @@ pub fn verify(state: &State, entry: &Freed) -> bool {
         let header = unsafe { core::ptr::read(state.layout.header_of(pointer)) };
         let tag = header.tag;
         if tag != DEBUG_FREE_TAG {
-            failure::divider();
-            log_error!(
-                "+++ ALLOCATION 0x{:x} HAS CORRUPTED HEADER TAG 0x{:x} AFTER FREE",
-                pointer,
-                tag
-            );
-            failure::end_report(state);
+            report_corrupted_tag(state, pointer, tag);
             return false;
         }
         header.usable_size
@@ -174,6 +168,22 @@ pub fn verify(state: &State, entry: &Freed) -> bool {
     true
 }
 
+// The reports are out of line: their log buffers would otherwise give every eviction a
+// multi-kilobyte stack frame.
+#[cold]
+#[inline(never)]
+fn report_corrupted_tag(state: &State, pointer: usize, tag: u32) {
+    failure::divider();
+    log_error!(
+        "+++ ALLOCATION 0x{:x} HAS CORRUPTED HEADER TAG 0x{:x} AFTER FREE",
+        pointer,
+        tag
+    );
+    failure::end_report(state);
+}
+
+#[cold]
+#[inline(never)]
 fn report_used_after_free(state: &State, entry: &Freed, bytes: &[u8]) {
     failure::divider();
     log_error!("+++ ALLOCATION 0x{:x} USED AFTER FREE", entry.pointer());

@@ -52,6 +52,7 @@ pub fn check(state: &State, pointer: usize, size: usize) {
     }
 }
 
+#[inline]
 fn check_one(
     state: &State,
     pointer: usize,
@@ -61,9 +62,23 @@ fn check_one(
     first_index: isize,
     expected: u8,
 ) {
-    if crate::bytes::all_equal(guard, expected) {
-        return;
+    if !crate::bytes::all_equal(guard, expected) {
+        report(state, pointer, size, which, guard, first_index, expected);
     }
+}
+
+/// Out of line: its log buffers would otherwise give every free a multi-kilobyte stack frame.
+#[cold]
+#[inline(never)]
+fn report(
+    state: &State,
+    pointer: usize,
+    size: usize,
+    which: &str,
+    guard: &[u8],
+    first_index: isize,
+    expected: u8,
+) {
     failure::divider();
     log_error!(
         "+++ ALLOCATION 0x{:x} SIZE {} HAS A CORRUPTED {} GUARD",

@@ -193,7 +193,9 @@ pub fn dump_heap(cx: &Entered, file_name: &[u8]) {
     dump_heap_to(cx.state, file_name);
 }
 
-/// SIGRTMAX-17: `<prefix>.<pid>.txt`.
+/// SIGRTMAX-17: `<prefix>.<pid>.txt`. Out of line: it is rare and its frame is large.
+#[cold]
+#[inline(never)]
 pub fn dump_heap_on_signal(state: &State) {
     let mut name = StackBuf::<4096>::new();
     let _ = write!(

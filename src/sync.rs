@@ -70,6 +70,13 @@ impl DisabledScope {
         }
         DisabledScope { was_clear }
     }
+
+    /// `enter` for a caller that has just seen the flag clear (saves a second key lookup on
+    /// every call).
+    pub fn enter_clear() -> Self {
+        set_disabled(true);
+        DisabledScope { was_clear: true }
+    }
 }
 
 impl Drop for DisabledScope {

@@ -39,8 +39,17 @@ pub fn capture_interned(state: &State, size: usize, frames: usize) -> u32 {
     {
         return BT_EMPTY;
     }
-    let mut buf = [0usize; backtrace::MAX_FRAMES];
-    let n = backtrace::capture(&mut buf[..frames.min(backtrace::MAX_FRAMES)]);
+    // Zeroing all MAX_FRAMES slots on every allocation cost as much as a warm walk: initialise
+    // only the `frames` the walk may write.
+    let frames = frames.min(backtrace::MAX_FRAMES);
+    let mut storage = [core::mem::MaybeUninit::<usize>::uninit(); backtrace::MAX_FRAMES];
+    // SAFETY: the first `frames` elements are written with zeros before the slice over them is
+    // made, so it only covers initialised integers.
+    let buf = unsafe {
+        core::ptr::write_bytes(storage.as_mut_ptr(), 0, frames);
+        core::slice::from_raw_parts_mut(storage.as_mut_ptr().cast::<usize>(), frames)
+    };
+    let n = backtrace::capture(buf);
     if n == 0 {
         return BT_EMPTY;
     }

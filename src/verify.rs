@@ -21,10 +21,21 @@ enum Problem {
 /// True if `pointer` may be operated on; otherwise the error has been reported (and the
 /// process aborted under abort_on_error). `function` is `free`, `realloc` or
 /// `malloc_usable_size`.
+#[inline]
 pub fn check(state: &State, pointer: usize, function: &str) -> bool {
-    let Some(problem) = find_problem(state, pointer) else {
-        return true;
-    };
+    match find_problem(state, pointer) {
+        None => true,
+        Some(problem) => {
+            report(state, pointer, function, problem);
+            false
+        }
+    }
+}
+
+/// Out of line: its log buffers would otherwise give every free a multi-kilobyte stack frame.
+#[cold]
+#[inline(never)]
+fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
     failure::divider();
     match problem {
         Problem::UsedAfterFree => {
@@ -56,7 +67,32 @@ pub fn check(state: &State, pointer: usize, function: &str) -> bool {
     }
     failure::log_failure_backtrace(state);
     failure::end_report(state);
-    false
+}
+
+/// `check` for free: a live tracked pointer also leaves the table, in the same lookup (one
+/// shard lock and probe per free instead of two). `None`: reported, the call must not go on;
+/// `Some(record)`: go on, with the table's record of the block (`None` when nothing tracks).
+#[inline]
+pub fn check_and_untrack(
+    state: &State,
+    pointer: usize,
+    function: &str,
+) -> Option<Option<crate::pointers::Info>> {
+    if !state.has(bits::TRACK_ALLOCS) {
+        return check(state, pointer, function).then_some(None);
+    }
+    let taken = tracking::POINTERS.remove(pointer);
+    match classify(state, pointer, taken.is_some()) {
+        None => Some(taken),
+        Some(problem) => {
+            // Left exactly as found: the block stays allocated and tracked.
+            if let Some(info) = taken {
+                tracking::POINTERS.add(pointer, info);
+            }
+            report(state, pointer, function, problem);
+            None
+        }
+    }
 }
 
 fn find_problem(state: &State, pointer: usize) -> Option<Problem> {
@@ -64,7 +100,11 @@ fn find_problem(state: &State, pointer: usize) -> Option<Problem> {
     if !state.layout.header && !tracking {
         return None;
     }
-    let live = tracking && tracking::is_live(pointer);
+    classify(state, pointer, tracking && tracking::is_live(pointer))
+}
+
+/// What is wrong with `pointer`, given whether the live table holds it.
+fn classify(state: &State, pointer: usize, live: bool) -> Option<Problem> {
     if !state.layout.header {
         return if live { None } else { Some(Problem::Unknown) };
     }
