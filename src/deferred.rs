@@ -1,12 +1,31 @@
 //! Work requested by signals, done at the next internal malloc/free (spec §8): the heap dump
-//! (SIGRTMAX-17) and the allocator statistics (SIGRTMAX-15).
+//! (SIGRTMAX-17) and the allocator statistics (SIGRTMAX-15); and at the next call of any
+//! allocation function, the unreachable-memory check (SIGRTMAX-16).
 
 use crate::config::bits;
 use crate::dispatch::M_LOG_STATS;
 use crate::log::{log_error, log_info};
-use crate::signals::{DUMP_PENDING, STATS_PENDING};
+use crate::signals::{DUMP_PENDING, STATS_PENDING, UNREACHABLE_CHECK_PENDING};
 use crate::state::State;
 use core::sync::atomic::Ordering;
+
+/// The unreachable-memory check (SIGRTMAX-16) runs at the start of any allocation call, not
+/// only malloc and free (spec §8).
+#[inline]
+pub fn on_entry(state: &State) {
+    if UNREACHABLE_CHECK_PENDING.load(Ordering::Relaxed)
+        && state.has(bits::CHECK_UNREACHABLE_ON_SIGNAL)
+        && UNREACHABLE_CHECK_PENDING.swap(false, Ordering::AcqRel)
+    {
+        check_unreachable(state);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn check_unreachable(state: &State) {
+    crate::unreachable::check(state);
+}
 
 #[inline]
 pub fn on_internal_malloc_or_free(state: &State) {

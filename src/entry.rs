@@ -23,12 +23,14 @@ pub fn enter() -> Option<Entered> {
     let state = state::get()?;
     let gate = sync::GATE.enter();
     let disabled = DisabledScope::enter_clear();
-    Some(Entered {
+    let entered = Entered {
         state,
         _signal: BacktraceSignalBlock::new(),
         _disabled: disabled,
         _gate: gate,
-    })
+    };
+    crate::deferred::on_entry(state);
+    Some(entered)
 }
 
 /// Enters the gate only, without marking the thread (malloc_iterate: the callback is the

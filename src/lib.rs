@@ -35,6 +35,7 @@ mod snapshot;
 mod state;
 mod sync;
 mod tracking;
+mod unreachable;
 mod verify;
 
 /// A panic inside malloc cannot be unwound or reported through anything that allocates: write a

@@ -12,7 +12,7 @@ use core::fmt::{self, Write};
 /// Longest single record. Backtrace blocks (up to 256 frames) are logged frame group by frame
 /// group by their printer, so this only bounds ordinary messages.
 const RECORD_CAPACITY: usize = 4096;
-const TAG: &str = "malloc_debug";
+pub(crate) const TAG: &str = "malloc_debug";
 
 pub fn log(prio: Priority, args: fmt::Arguments<'_>) {
     let mut msg = StackBuf::<RECORD_CAPACITY>::new();

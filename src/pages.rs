@@ -3,6 +3,7 @@
 //! native allocator (whose own lock a caller of malloc may hold while we grow).
 
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Maps `bytes` of zeroed read-write memory, rounded up to whole pages.
 pub fn map(bytes: usize) -> Option<NonNull<u8>> {
@@ -22,6 +23,7 @@ pub fn map(bytes: usize) -> Option<NonNull<u8>> {
         return None;
     }
     name_mapping(p, len);
+    register(p as usize, len);
     NonNull::new(p.cast())
 }
 
@@ -31,8 +33,52 @@ pub fn map(bytes: usize) -> Option<NonNull<u8>> {
 /// `p` must come from `map(bytes)` and not be used afterwards.
 pub unsafe fn unmap(p: NonNull<u8>, bytes: usize) {
     if let Some(len) = round_to_pages(bytes) {
+        unregister(p.as_ptr() as usize);
         // SAFETY: forwarded: the range is exactly a mapping we created.
         unsafe { libc::munmap(p.as_ptr().cast(), len) };
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The registry of our own mappings: the unreachable-memory scan must not take the library's
+// tables (which hold heap addresses) for references. Names in /proc/self/maps would do where the
+// kernel supports them, which is not everywhere. Lock-free, so that a fork child can use it
+// whatever the parent's threads were doing.
+
+const REGISTRY_SLOTS: usize = 1024;
+static REGISTRY: [(AtomicUsize, AtomicUsize); REGISTRY_SLOTS] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; REGISTRY_SLOTS];
+
+fn register(start: usize, len: usize) {
+    for (s, l) in &REGISTRY {
+        if s.compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            l.store(len, Ordering::Release);
+            return;
+        }
+    }
+    // Full: the mapping goes unlisted (the scan may then see more references than exist,
+    // which only hides leaks; it never invents one).
+}
+
+fn unregister(start: usize) {
+    for (s, l) in &REGISTRY {
+        if s.load(Ordering::Acquire) == start {
+            l.store(0, Ordering::Release);
+            s.store(0, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// Every live mapping of the library's own, as (start, length), in no particular order.
+pub fn for_each_ours(mut f: impl FnMut(usize, usize)) {
+    for (s, l) in &REGISTRY {
+        let (start, len) = (s.load(Ordering::Acquire), l.load(Ordering::Acquire));
+        if start != 0 && len != 0 {
+            f(start, len);
+        }
     }
 }
 

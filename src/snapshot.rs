@@ -92,6 +92,11 @@ impl Snapshot {
         Some(snapshot)
     }
 
+    /// Orders the records by address (the unreachable-memory scan looks blocks up by address).
+    pub fn sort_by_address(&mut self) {
+        self.records_mut().sort_unstable_by_key(|r| r.pointer);
+    }
+
     fn push(&mut self, r: Record) {
         if self.len < self.capacity
             && let Some(m) = self.memory

@@ -13,7 +13,7 @@ mod arch;
 mod cache;
 mod cfi;
 mod format;
-mod maps;
+pub(crate) mod maps;
 mod rule;
 #[cfg(all(target_arch = "aarch64", target_os = "android"))]
 mod stack;

@@ -307,7 +307,9 @@ pub(super) static OPTIONS: [OptionRow; 27] = [
         name: "check_unreachable_on_signal",
         alias: None,
         kind: BITS_ONLY,
-        bits: CHECK_UNREACHABLE_ON_SIGNAL,
+        // The check walks the live-pointer table (the reference asks the native allocator via
+        // malloc_iterate, which glibc does not have), so the option turns tracking on.
+        bits: CHECK_UNREACHABLE_ON_SIGNAL | TRACK_ALLOCS,
     },
     OptionRow {
         name: "log_allocator_stats_on_signal",

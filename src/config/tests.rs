@@ -350,7 +350,7 @@ const FLAG_CASES: &[FlagCase] = &[
     },
     FlagCase {
         names: &["check_unreachable_on_signal"],
-        bits: CHECK_UNREACHABLE_ON_SIGNAL,
+        bits: CHECK_UNREACHABLE_ON_SIGNAL | TRACK_ALLOCS,
         effect: |_| true,
     },
     FlagCase {

@@ -1,0 +1,162 @@
+//! check_unreachable_on_signal (spec §8): after SIGRTMAX-16, the next call into the library
+//! looks for heap blocks that nothing references any more, and logs them in the layout of
+//! libmemunreachable's `LogUnreachableMemory` (which the reference calls). The walk itself runs
+//! in a forked child (scan.rs) so the process is stopped only for the fork; the calling thread
+//! waits for the child's answer on a pipe.
+
+mod report;
+mod scan;
+
+use crate::log::{log_error, log_info};
+use crate::snapshot::Snapshot;
+use crate::state::State;
+
+/// Leaks reported in detail, as the reference's `LogUnreachableMemory(false, 100)`.
+const LIMIT: usize = 100;
+/// Bytes of each leak's contents that are shown (libmemunreachable's `contents_length`).
+const CONTENTS: usize = 32;
+
+/// The child's totals, sent first.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Summary {
+    allocations: usize,
+    allocation_bytes: usize,
+    leaks: usize,
+    leak_bytes: usize,
+    /// Leak records that follow (at most LIMIT).
+    reported: usize,
+}
+
+/// One reported leak: a block nothing reachable points to, with what only it references.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Leak {
+    begin: usize,
+    size: usize,
+    referenced_count: usize,
+    referenced_size: usize,
+    contents_len: usize,
+    contents: [u8; CONTENTS],
+    backtrace_id: u32,
+}
+
+/// Runs one check and logs its result.
+pub fn check(state: &State) {
+    log_info!("Starting to check for unreachable memory.");
+    if run(state).is_none() {
+        log_error!("Unreachable check failed, run setenforce 0 and try again.");
+    }
+}
+
+fn run(state: &State) -> Option<()> {
+    let mut snapshot = Snapshot::take_unsorted()?;
+    snapshot.sort_by_address();
+    // Callee-saved registers of this thread go to its stack, which the child scans from here up.
+    let mut spilled = [0usize; 16];
+    spill_registers(&mut spilled);
+    let stack_from = core::hint::black_box(&spilled) as *const _ as usize;
+
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return None;
+    }
+    let [read_fd, write_fd] = fds;
+    // SAFETY: fork; the library's fork handlers leave the child able to run the walk, which uses
+    // only system calls and fresh mappings.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: the child's copies of the descriptors.
+        unsafe { libc::close(read_fd) };
+        let ok = scan::run(
+            snapshot.records(),
+            stack_from,
+            |r| allocator_marker(state, r.pointer),
+            |bytes| write_all(write_fd, bytes),
+        );
+        // SAFETY: leave the child without running the parent's exit handlers.
+        unsafe { libc::_exit(if ok.is_some() { 0 } else { 1 }) };
+    }
+    // SAFETY: the parent's write end; the child holds its own copy.
+    unsafe { libc::close(write_fd) };
+    drop(snapshot);
+    let result = if pid > 0 {
+        report::receive_and_log(state, read_fd)
+    } else {
+        None
+    };
+    // SAFETY: our descriptor; the child (if any) is reaped so it leaves no zombie.
+    unsafe {
+        libc::close(read_fd);
+        if pid > 0 {
+            let mut status = 0;
+            while libc::waitpid(pid, &mut status, 0) < 0 && crate::platform::errno() == libc::EINTR
+            {
+            }
+        }
+    }
+    result
+}
+
+/// Where glibc's bookkeeping may point inside the block at `pointer`: the header of the next
+/// chunk, which overlaps the block's last usable word. Bionic's allocators keep their metadata
+/// apart, so nothing is excluded there.
+fn allocator_marker(state: &State, pointer: usize) -> usize {
+    if cfg!(target_os = "android") {
+        return usize::MAX;
+    }
+    let native = if state.layout.header {
+        // SAFETY: a live block of ours (from the snapshot, in the child's unchanging image): its
+        // header is readable.
+        unsafe { core::ptr::read_unaligned(state.layout.header_of(pointer)).orig_pointer }
+    } else {
+        pointer
+    };
+    // SAFETY: a live native allocation; malloc_usable_size takes no lock.
+    let usable = unsafe { (state.dispatch.malloc_usable_size)(native as *const libc::c_void) };
+    match usable.checked_sub(core::mem::size_of::<usize>()) {
+        Some(last_word) if usable > 0 => native + last_word,
+        _ => usize::MAX,
+    }
+}
+
+fn write_all(fd: libc::c_int, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: writes from a live slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            if n < 0 && crate::platform::errno() == libc::EINTR {
+                continue;
+            }
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+/// Stores the callee-saved registers into `out`, so that a value held only in one of them is
+/// seen by a scan of the stack.
+#[inline(always)]
+fn spill_registers(out: &mut [usize; 16]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: stores six registers into the caller's array; no other effect.
+    unsafe {
+        core::arch::asm!(
+            "mov [{o}], rbx", "mov [{o} + 8], rbp", "mov [{o} + 16], r12",
+            "mov [{o} + 24], r13", "mov [{o} + 32], r14", "mov [{o} + 40], r15",
+            o = in(reg) out.as_mut_ptr(), options(nostack, preserves_flags)
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: stores eleven registers into the caller's array; no other effect.
+    unsafe {
+        core::arch::asm!(
+            "stp x19, x20, [{o}]", "stp x21, x22, [{o}, #16]", "stp x23, x24, [{o}, #32]",
+            "stp x25, x26, [{o}, #48]", "stp x27, x28, [{o}, #64]", "str x29, [{o}, #80]",
+            o = in(reg) out.as_mut_ptr(), options(nostack, preserves_flags)
+        );
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = out;
+}
