@@ -7,6 +7,7 @@ use crate::free_track::{self, FREE_QUEUE};
 use crate::guard;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG, Header};
 use crate::platform::{errno, set_errno};
+use crate::record;
 use crate::state::State;
 use crate::tracking;
 use crate::verify;
@@ -81,7 +82,7 @@ fn header_mut(state: &State, pointer: usize) -> *mut Header {
 }
 
 /// Usable bytes behind a user pointer: the header's record, or the native allocator's.
-fn usable_size(state: &State, pointer: usize) -> usize {
+pub(crate) fn usable_size(state: &State, pointer: usize) -> usize {
     if state.layout.header {
         header(state, pointer).usable_size
     } else {
@@ -144,11 +145,63 @@ fn internal_malloc(state: &State, size: usize) -> *mut c_void {
     pointer as *mut c_void
 }
 
+/// Runs an allocating call, recorded under record_allocs: `describe` turns the result into the
+/// entry (None: the entry stays unfilled, as for calls that failed their checks).
+#[inline]
+fn recorded(
+    state: &State,
+    call: impl FnOnce() -> *mut c_void,
+    describe: impl FnOnce(usize) -> Option<record::Done>,
+) -> *mut c_void {
+    let Some(pending) = record::begin(state) else {
+        return call();
+    };
+    let p = call();
+    match describe(p as usize) {
+        Some(done) => pending.finish(done),
+        None => pending.abandon(),
+    }
+    p
+}
+
+fn allocation(kind: record::Kind, ptr: usize, size: usize, u: usize) -> Option<record::Done> {
+    (ptr != 0).then_some(record::Done {
+        kind,
+        ptr,
+        size,
+        u: u as u64,
+        present: -1,
+        untimed: false,
+    })
+}
+
 pub fn malloc(cx: &Entered, size: usize) -> *mut c_void {
-    internal_malloc(cx.state, size)
+    recorded(
+        cx.state,
+        || internal_malloc(cx.state, size),
+        // A failed malloc is recorded too, without timestamps.
+        |p| {
+            Some(record::Done {
+                kind: record::Kind::Malloc,
+                ptr: p,
+                size,
+                u: 0,
+                present: -1,
+                untimed: p == 0,
+            })
+        },
+    )
 }
 
 pub fn calloc(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
+    recorded(
+        cx.state,
+        || calloc_unrecorded(cx, nmemb, size),
+        |p| allocation(record::Kind::Calloc, p, size, nmemb),
+    )
+}
+
+fn calloc_unrecorded(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
     let state = cx.state;
     let Some(total) = nmemb.checked_mul(size) else {
         return fail_nomem();
@@ -189,7 +242,16 @@ pub fn calloc(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
     pointer as *mut c_void
 }
 
+/// Also behind aligned_alloc and posix_memalign, which record as memalign.
 pub fn memalign(cx: &Entered, alignment: usize, bytes: usize) -> *mut c_void {
+    recorded(
+        cx.state,
+        || memalign_unrecorded(cx, alignment, bytes),
+        |p| allocation(record::Kind::Memalign, p, bytes.max(1), alignment),
+    )
+}
+
+fn memalign_unrecorded(cx: &Entered, alignment: usize, bytes: usize) -> *mut c_void {
     let state = cx.state;
     let bytes = bytes.max(1);
     if bytes > MAX_SIZE {
@@ -335,22 +397,70 @@ fn free_untracked(state: &State, pointer: usize) {
 }
 
 pub fn free(cx: &Entered, pointer: *mut c_void) {
-    if let Some(record) = verify::check_and_untrack(cx.state, pointer as usize, "free") {
-        if let Some(info) = record {
-            tracking::release_backtrace(info.backtrace_id);
-        }
-        free_untracked(cx.state, pointer as usize);
+    let state = cx.state;
+    let pointer = pointer as usize;
+    let Some(record) = verify::check_and_untrack(state, pointer, "free") else {
+        return;
+    };
+    if let Some(info) = record {
+        tracking::release_backtrace(info.backtrace_id);
     }
+    // Recorded only once verified, with the block's present bytes from before the free.
+    let Some(pending) = record::begin(state) else {
+        return free_untracked(state, pointer);
+    };
+    let present = record::present_bytes(state, pointer);
+    free_untracked(state, pointer);
+    pending.finish(record::Done {
+        kind: record::Kind::Free,
+        ptr: pointer,
+        size: 0,
+        u: 0,
+        present,
+        untimed: false,
+    });
 }
 
 pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void {
     let state = cx.state;
-    if pointer.is_null() {
+    let old = pointer as usize;
+    let Some(pending) = record::begin(state) else {
+        return realloc_unrecorded(state, old, bytes, &mut -1);
+    };
+    let mut present = -1;
+    let p = realloc_unrecorded(state, old, bytes, &mut present) as usize;
+    // Header-mode realloc in place is not recorded (spec §7.2), nor is a failure.
+    let in_place = state.layout.header && old != 0 && p == old;
+    if (p == 0 && bytes != 0) || in_place || (bytes == 0 && present == -2) {
+        pending.abandon();
+    } else {
+        pending.finish(record::Done {
+            kind: record::Kind::Realloc,
+            ptr: p,
+            size: if p == 0 { 0 } else { bytes },
+            u: old as u64,
+            present: present.max(-1),
+            untimed: false,
+        });
+    }
+    p as *mut c_void
+}
+
+/// `present`: set to the old block's present bytes once it is verified (left at -1 when not
+/// recording, -2 when recording and the pointer failed verification).
+fn realloc_unrecorded(state: &State, old: usize, bytes: usize, present: &mut i64) -> *mut c_void {
+    let recording = state.has(bits::RECORD_ALLOCS);
+    if old == 0 {
         return internal_malloc(state, bytes);
     }
-    let old = pointer as usize;
     if !verify::check(state, old, "realloc") {
+        if recording {
+            *present = -2;
+        }
         return null_mut();
+    }
+    if recording {
+        *present = record::present_bytes(state, old);
     }
     if bytes == 0 {
         internal_free(state, old);

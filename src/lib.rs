@@ -29,6 +29,7 @@ mod output;
 mod pages;
 mod platform;
 mod pointers;
+mod record;
 mod report;
 mod signals;
 mod snapshot;

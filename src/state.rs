@@ -125,6 +125,7 @@ pub unsafe fn initialize(
     crate::signals::BACKTRACE_ENABLED.store(config.backtrace_enabled, Ordering::SeqCst);
     if !crate::signals::install(&config)
         || (config.has(bits::FREE_TRACK) && !FREE_QUEUE.init(config.free_track_allocations))
+        || !crate::record::init(&config)
     {
         sync::delete_disabled_key();
         INIT_PHASE.store(UNINITIALIZED, Ordering::Release);
@@ -204,6 +205,9 @@ pub fn finalize() {
     }
     if state.has(bits::LOG_ALLOCATOR_STATS_ON_EXIT) {
         crate::deferred::log_allocator_stats(state);
+    }
+    if state.has(bits::RECORD_ALLOCS) && state.config.record_allocs_on_exit {
+        crate::record::write_at_exit(state);
     }
     sync::GATE.open();
 }

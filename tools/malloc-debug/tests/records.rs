@@ -114,10 +114,8 @@ fn malformed_records_name_the_line() {
 }
 
 /// End to end on a record file written by the library for leaky.c (3 x malloc(4096), 10 x
-/// malloc(32), calloc(4, 25), nothing freed). record_allocs is being implemented on another
-/// branch: remove the `ignore` once it is merged.
+/// malloc(32), calloc(4, 25), nothing freed).
 #[test]
-#[ignore = "needs record_allocs in the library (enable after that branch is merged)"]
 fn summary_of_a_real_record_file() {
     let dir = tmp_dir("records-real");
     let file = dir.join("rec.txt");

@@ -1,0 +1,66 @@
+//! Present bytes (spec §7.4): how much of a block is backed by resident pages, from
+//! /proc/self/pagemap (bit 63 of each page's 8-byte entry), opened once at start-up.
+
+use crate::log::log_error;
+use core::sync::atomic::{AtomicI32, Ordering};
+
+static PAGEMAP: AtomicI32 = AtomicI32::new(-1);
+/// Entries read per pread, as the reference.
+const CHUNK: usize = 1024;
+const PRESENT: u64 = 1 << 63;
+
+pub fn init() {
+    // SAFETY: NUL-terminated literal path.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/pagemap".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    PAGEMAP.store(fd, Ordering::Release);
+}
+
+/// Bytes of `[pointer, pointer + len)` in present pages; -1 when unknown or `len` is 0.
+pub fn bytes(pointer: usize, len: usize) -> i64 {
+    let fd = PAGEMAP.load(Ordering::Acquire);
+    if len == 0 || fd < 0 {
+        return -1;
+    }
+    let page = crate::platform::page_size();
+    let end = pointer + len;
+    let first = pointer / page;
+    let last = (end - 1) / page;
+    let mut total = 0usize;
+    let mut entries = [0u64; CHUNK];
+    let mut index = first;
+    while index <= last {
+        let count = (last - index + 1).min(CHUNK);
+        // SAFETY: reads at most `count` u64 entries into the local array.
+        let got = unsafe {
+            libc::pread(
+                fd,
+                entries.as_mut_ptr().cast(),
+                count * 8,
+                (index * 8) as libc::off_t,
+            )
+        };
+        if got <= 0 {
+            log_error!(
+                "Failed to read page data: {}",
+                crate::errors::strerror(crate::platform::errno())
+            );
+            return -1;
+        }
+        let read = got as usize / 8;
+        for (k, e) in entries[..read].iter().enumerate() {
+            if e & PRESENT != 0 {
+                let page_start = (index + k) * page;
+                let lo = page_start.max(pointer);
+                let hi = (page_start + page).min(end);
+                total += hi - lo;
+            }
+        }
+        index += read.max(1);
+    }
+    total as i64
+}

@@ -1,0 +1,26 @@
+// A program for record_allocs: every recorded call type once on the main thread, then a thread
+// that allocates and exits (its thread_done line). With an argument it raises SIGRTMAX-18 and
+// allocates, which writes the records so far; the rest are written at exit.
+// Usage: record [signal] ; prints "pid <main thread id>" first.
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <stdio.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+static void* worker(void* a) { (void)a; for (int i = 0; i < 3; i++) free(malloc(10 + i)); return NULL; }
+int main(int argc, char** argv) {
+  printf("pid %d\n", getpid());
+  fflush(stdout);
+  void* p = malloc(100); free(p);
+  void* c = calloc(4, 32); c = realloc(c, 300); c = realloc(c, 0);
+  void* r = realloc(NULL, 50); free(r);
+  void* m = memalign(64, 104); free(m);
+  void* pm; posix_memalign(&pm, 32, 7); free(pm);
+  void* aa = aligned_alloc(16, 32); free(aa);
+  free(NULL);
+  pthread_t t; pthread_create(&t, NULL, worker, NULL); pthread_join(t, NULL);
+  if (argc > 1) { raise(SIGRTMAX - 18); free(malloc(1)); }
+  return 0;
+}

@@ -1,0 +1,193 @@
+//! record_allocs through the glibc front on a real threaded program (tests/programs/record.c):
+//! one line per call in the spec's format, a thread_done line for the thread that exits, the
+//! file written on SIGRTMAX-18 (and emptied), the rest at exit under `.PID`, the entry limit.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+
+fn program() -> PathBuf {
+    compile_c("record", "tests/programs/record.c", &["-O0", "-pthread"])
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("md-record-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// (pid, stdout) of a run.
+fn run(options: &str, args: &[&str]) -> (u32, std::process::Output) {
+    let out = run_under_front(program(), args, Some(options), &[]);
+    assert_exit_code(&out, 0);
+    let pid = stdout_of(&out)
+        .strip_prefix("pid ")
+        .and_then(|r| r.trim().parse().ok())
+        .expect("pid line");
+    (pid, out)
+}
+
+/// A line with its numbers replaced by placeholders: `T` a thread id, `P` a pointer, `N` a
+/// timestamp, so the shapes can be compared exactly.
+fn shape(line: &str, pid: u32) -> String {
+    let mut f: Vec<String> = line.split(' ').map(str::to_string).collect();
+    let tid = f[0].trim_end_matches(':');
+    f[0] = if tid == pid.to_string() {
+        "MAIN:".into()
+    } else {
+        "T:".into()
+    };
+    for x in f.iter_mut().skip(2) {
+        if x.starts_with("0x") && x != "0x0" {
+            *x = "P".into();
+        }
+    }
+    f.join(" ")
+}
+
+/// Timestamps (start, end) are the two numbers after the type's fields; checks they are
+/// monotonic and replaces them.
+fn without_times(line: &str, fields: usize) -> String {
+    let f: Vec<&str> = line.split(' ').collect();
+    if f.len() < fields + 2 {
+        return line.to_string();
+    }
+    let (s, e): (u64, u64) = (f[fields].parse().unwrap(), f[fields + 1].parse().unwrap());
+    assert!(s > 0 && e >= s, "timestamps in {line}");
+    let mut g: Vec<&str> = f[..fields].to_vec();
+    g.push("S");
+    g.push("E");
+    g.extend(&f[fields + 2..]);
+    g.join(" ")
+}
+
+fn normalise(text: &str, pid: u32) -> Vec<String> {
+    text.lines()
+        .map(|l| {
+            let s = shape(l, pid);
+            let kind = s.split(' ').nth(1).unwrap_or_default().to_string();
+            match kind.as_str() {
+                "malloc" => without_times(&s, 4),
+                "calloc" | "memalign" | "realloc" => without_times(&s, 5),
+                "free" => without_times(&s, 3),
+                // thread_done: its exit time.
+                _ => match s.rsplit_once(' ') {
+                    Some((head, t)) if t.parse::<u64>().is_ok_and(|t| t > 0) => format!("{head} E"),
+                    _ => s,
+                },
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_call_type_signal_write_and_exit_write() {
+    let dir = scratch("all");
+    let file = dir.join("rec.txt");
+    let options = format!(
+        "record_allocs record_allocs_file={} record_allocs_on_exit",
+        file.display()
+    );
+    let (pid, out) = run(&options, &["signal"]);
+    assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
+    let first = std::fs::read_to_string(&file).expect("file written on the signal");
+    assert_eq!(
+        normalise(&first, pid),
+        [
+            // stdout's buffer, for the pid line.
+            "MAIN: malloc P 4096 S E",
+            "MAIN: malloc P 100 S E",
+            "MAIN: free P S E 104",
+            "MAIN: calloc P 4 32 S E",
+            "MAIN: realloc P P 300 S E 136",
+            "MAIN: realloc 0x0 P 0 S E 312",
+            "MAIN: malloc P 50 S E",
+            "MAIN: free P S E 56",
+            "MAIN: memalign P 64 104 S E",
+            "MAIN: free P S E 104",
+            "MAIN: memalign P 32 7 S E",
+            "MAIN: free P S E 24",
+            "MAIN: memalign P 16 32 S E",
+            "MAIN: free P S E 40",
+            // glibc's pthread_create (its thread's TLS block).
+            "MAIN: calloc P 17 16 S E",
+            "T: malloc P 10 S E",
+            "T: free P S E 24",
+            "T: malloc P 11 S E",
+            "T: free P S E 24",
+            "T: malloc P 12 S E",
+            "T: free P S E 24",
+            "T: thread_done 0x0 E",
+        ]
+    );
+    // One thread id for all of the thread's lines.
+    let tids: std::collections::BTreeSet<&str> = first
+        .lines()
+        .map(|l| l.split(':').next().unwrap())
+        .collect();
+    assert_eq!(tids.len(), 2, "{first}");
+    // After the signal's write the entries start over: the exit file holds only what followed.
+    let at_exit = std::fs::read_to_string(dir.join(format!("rec.txt.{pid}"))).expect("exit file");
+    assert_eq!(
+        normalise(&at_exit, pid),
+        [
+            "MAIN: malloc P 1 S E",
+            "MAIN: free P S E 24",
+            // stdout's buffer, freed by exit() before the exit-time write.
+            "MAIN: free P S E 4104",
+        ]
+    );
+}
+
+#[test]
+fn the_entry_limit_drops_later_calls_and_says_so() {
+    let dir = scratch("limit");
+    let file = dir.join("rec.txt");
+    let options = format!(
+        "record_allocs=5 record_allocs_file={} record_allocs_on_exit",
+        file.display()
+    );
+    let (pid, out) = run(&options, &[]);
+    assert_eq!(
+        malloc_debug_messages(&out),
+        ["Maximum number of records added, all new operations will be dropped."]
+    );
+    let text = std::fs::read_to_string(dir.join(format!("rec.txt.{pid}"))).unwrap();
+    assert_eq!(text.lines().count(), 5, "{text}");
+    assert!(!file.exists(), "no signal, no plain file");
+}
+
+#[test]
+fn nothing_to_write_and_unwritable_files_are_reported() {
+    let (_, out) = run(
+        "record_allocs record_allocs_file=/nonexistent-md-dir/rec.txt record_allocs_on_exit",
+        &[],
+    );
+    let messages = malloc_debug_messages(&out);
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(
+        messages[0].starts_with("Cannot create record alloc file /nonexistent-md-dir/rec.txt.")
+            && messages[0].ends_with(": No such file or directory"),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn verbose_names_the_signal() {
+    let dir = scratch("verbose");
+    let options = format!(
+        "record_allocs verbose record_allocs_file={}",
+        dir.join("r").display()
+    );
+    let (pid, out) = run(&options, &[]);
+    let name = progname(program());
+    assert_eq!(
+        malloc_debug_messages(&out),
+        [
+            format!("{name}: Run: 'kill -46 {pid}' to dump the allocation records."),
+            format!("{name}: malloc debug enabled"),
+        ]
+    );
+}
