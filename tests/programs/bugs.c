@@ -1,0 +1,72 @@
+// One heap bug per mode, each in its own function so the reports' backtraces can name it.
+// Prints "done" at the end: the bugs are reported, and the program goes on (unless
+// abort_on_error). Usage: bugs MODE   (off-by-one underflow use-after-free double-free
+// wild-free leak)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+__attribute__((noinline)) void off_by_one(void) {
+  char* p = malloc(10);
+  KEEP(p);
+  memset(p + 9, 'a', 2);  // one byte past the end
+  KEEP(p);
+  free(p);
+}
+
+__attribute__((noinline)) void underflow(void) {
+  char* p = malloc(10);
+  KEEP(p);
+  p[-1] = 'u';  // the byte before the block
+  KEEP(p);
+  free(p);
+}
+
+__attribute__((noinline)) void use_after_free(void) {
+  char* p = malloc(20);
+  KEEP(p);
+  free(p);
+  p[4] = 'w';  // written after free
+  KEEP(p);
+}
+
+__attribute__((noinline)) void double_free(void) {
+  char* p = malloc(30);
+  KEEP(p);
+  free(p);
+  free(p);
+}
+
+__attribute__((noinline)) void wild_free(void) {
+  char on_stack[16];
+  char* volatile wild = on_stack + 8;
+  free(wild);
+}
+
+__attribute__((noinline)) void leak(void) {
+  char* p = malloc(40);
+  KEEP(p);
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  static const struct {
+    const char* name;
+    void (*run)(void);
+  } modes[] = {{"off-by-one", off_by_one}, {"underflow", underflow},
+               {"use-after-free", use_after_free}, {"double-free", double_free},
+               {"wild-free", wild_free}, {"leak", leak}};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    if (strcmp(mode, modes[i].name) == 0) {
+      modes[i].run();
+      // free_track checks its queue when blocks leave it: push the freed block out.
+      for (int j = 0; j < 200; j++) free(malloc(20));
+      printf("done\n");
+      return 0;
+    }
+  }
+  fprintf(stderr, "unknown mode %s\n", mode);
+  return 2;
+}
