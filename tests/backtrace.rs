@@ -1,0 +1,118 @@
+//! Leak info (abi-and-dumps §4) and the backtrace controls through the C ABI, driven the way
+//! bionic drives the library (tests/backtrace/driver.c, one scenario per process): entry layout,
+//! sort order and merging of identical call sites, the zygote bit, total_memory, the empty case,
+//! the size filters, the enable-on-signal toggle and malloc_backtrace.
+
+mod common;
+
+use common::*;
+
+fn run(scenario: &str, options: &str) -> Vec<String> {
+    // -O0: each allocating loop keeps one call site (so its blocks share one backtrace).
+    let driver = compile_c(
+        "bt_driver",
+        "tests/backtrace/driver.c",
+        &["-O0", "-rdynamic"],
+    );
+    let mut cmd = clean_command(driver);
+    cmd.arg(lib_path()).arg(scenario).arg(options);
+    let out = cmd.output().unwrap();
+    assert_exit_code(&out, 0);
+    stdout_of(&out)
+        .lines()
+        .filter(|l| *l != "initialize=1")
+        .map(str::to_string)
+        .collect()
+}
+
+/// Entries as (size with zygote bit, count), asserting each has frames.
+fn entries(lines: &[String]) -> Vec<(String, usize)> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("entry "))
+        .map(|e| {
+            let f: Vec<&str> = e.split(' ').collect();
+            assert!(f[2].parse::<usize>().unwrap() > 0, "frames recorded: {e}");
+            (f[0].to_string(), f[1].parse().unwrap())
+        })
+        .collect()
+}
+
+fn totals(lines: &[String]) -> String {
+    lines.last().cloned().unwrap_or_default()
+}
+
+#[test]
+fn identical_sites_merge_sizes_descend_zygote_last() {
+    let lines = run("sites", "backtrace=4");
+    assert_eq!(
+        entries(&lines),
+        [("c8".into(), 2), ("64".into(), 3), ("80000032".into(), 1)]
+    );
+    assert_eq!(
+        totals(&lines),
+        "total 750 info_size 48 overall 144 frames 4 null 0"
+    );
+}
+
+#[test]
+fn default_frames_give_the_reference_entry_size() {
+    let lines = run("sites", "backtrace");
+    assert_eq!(
+        totals(&lines),
+        "total 750 info_size 144 overall 432 frames 16 null 0"
+    );
+}
+
+#[test]
+fn size_filters_leave_allocations_without_frames_out() {
+    // backtrace_min_size / backtrace_max_size / backtrace_size keep only matching sizes.
+    for (options, kept) in [
+        ("backtrace backtrace_min_size=100", vec!["3e8", "64"]),
+        ("backtrace backtrace_max_size=100", vec!["64", "a"]),
+        ("backtrace backtrace_size=100", vec!["64"]),
+    ] {
+        let lines = run("sizes", options);
+        let sizes: Vec<String> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("entry "))
+            .filter(|e| !e.ends_with(" 0"))
+            .map(|e| e.split(' ').next().unwrap().to_string())
+            .collect();
+        assert_eq!(sizes, kept, "{options}: {lines:?}");
+    }
+}
+
+#[test]
+fn enable_on_signal_toggles_capture() {
+    // Starts off: only the allocation made between the two signals has a backtrace.
+    let lines = run("toggle", "backtrace_enable_on_signal");
+    assert_eq!(entries(&lines), [("16".into(), 1)]);
+    // With `backtrace` too, capture starts on and the first signal turns it off.
+    let lines = run("toggle", "backtrace backtrace_enable_on_signal");
+    let with_frames: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("entry "))
+        .filter(|e| !e.ends_with(" 0"))
+        .map(|e| e.split(' ').next().unwrap().to_string())
+        .collect();
+    assert_eq!(with_frames, ["21", "b"], "{lines:?}");
+}
+
+#[test]
+fn nothing_tracked_gives_an_empty_buffer() {
+    assert_eq!(
+        run("empty", "backtrace"),
+        ["total 0 info_size 0 overall 0 frames 0 null 1"]
+    );
+}
+
+#[test]
+fn malloc_backtrace_returns_the_allocation_frames() {
+    let lines = run("malloc_backtrace", "backtrace");
+    let f: Vec<&str> = lines[0].split(' ').collect();
+    // site_a, main, libc's start code, _start: at least the first two, main among them; an
+    // unknown pointer has none.
+    assert!(f[1].parse::<usize>().unwrap() >= 2, "{lines:?}");
+    assert_eq!(f[2..], ["main", "1", "unknown", "0"], "{lines:?}");
+}
