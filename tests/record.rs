@@ -191,3 +191,20 @@ fn verbose_names_the_signal() {
         ]
     );
 }
+
+#[test]
+fn allocator_stats_on_signal_and_at_exit() {
+    let (_, out) = run(
+        "log_allocator_stats_on_signal log_allocator_stats_on_exit",
+        &["stats"],
+    );
+    // glibc's mallopt accepts M_LOG_STATS (-205) without complaint (it ignores unknown
+    // parameters), so no failure line follows; bionic's allocators log their statistics.
+    let once = ["Logging allocator stats..."];
+    assert_eq!(malloc_debug_messages(&out), [once, once].concat());
+    let lines = log_lines(&out.stderr);
+    assert!(lines.iter().all(|l| l.prio == 'I'), "INFO lines");
+    // Without the signal option the signal is not even handled by the library.
+    let (_, out) = run("log_allocator_stats_on_exit", &[]);
+    assert_eq!(malloc_debug_messages(&out), once);
+}

@@ -1,10 +1,11 @@
 // A program for record_allocs: every recorded call type once on the main thread, then a thread
 // that allocates and exits (its thread_done line). With an argument it raises SIGRTMAX-18 and
 // allocates, which writes the records so far; the rest are written at exit.
-// Usage: record [signal] ; prints "pid <main thread id>" first.
+// Usage: record [signal|stats] (stats: SIGRTMAX-15 instead) ; prints "pid <main thread id>" first.
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <stdio.h>
+#include <string.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   void* aa = aligned_alloc(16, 32); free(aa);
   free(NULL);
   pthread_t t; pthread_create(&t, NULL, worker, NULL); pthread_join(t, NULL);
-  if (argc > 1) { raise(SIGRTMAX - 18); free(malloc(1)); }
+  if (argc > 1 && strcmp(argv[1], "stats") == 0) { raise(SIGRTMAX - 15); free(malloc(1)); }
+  else if (argc > 1) { raise(SIGRTMAX - 18); free(malloc(1)); }
   return 0;
 }
