@@ -15,6 +15,15 @@ pub fn write_rear(pointer: usize, size: usize, bytes: usize) {
     unsafe { core::ptr::write_bytes((pointer + size) as *mut u8, REAR_GUARD_BYTE, bytes) };
 }
 
+/// One guard of a block: which, its bytes, the index of its first byte relative to the user
+/// pointer, and the byte it must hold.
+struct Guard<'a> {
+    which: &'static str,
+    bytes: &'a [u8],
+    first_index: isize,
+    expected: u8,
+}
+
 /// Checks both guards of a block being freed; each damaged guard is reported with every
 /// mismatching byte. Freeing goes on either way.
 pub fn check(state: &State, pointer: usize, size: usize) {
@@ -22,76 +31,60 @@ pub fn check(state: &State, pointer: usize, size: usize) {
     if layout.front_guard_bytes > 0 {
         let start = pointer - layout.front_guard_bytes;
         // SAFETY: the front guard is inside our block.
-        let guard =
+        let bytes =
             unsafe { core::slice::from_raw_parts(start as *const u8, layout.front_guard_bytes) };
-        let first_index = -(layout.front_guard_bytes as isize);
-        check_one(
-            state,
-            pointer,
-            size,
-            "FRONT",
-            guard,
-            first_index,
-            FRONT_GUARD_BYTE,
-        );
+        let guard = Guard {
+            which: "FRONT",
+            bytes,
+            first_index: -(layout.front_guard_bytes as isize),
+            expected: FRONT_GUARD_BYTE,
+        };
+        check_one(state, pointer, size, &guard);
     }
     if layout.rear_guard_bytes > 0 {
         // SAFETY: the rear guard is inside our block, right after the current size.
-        let guard = unsafe {
+        let bytes = unsafe {
             core::slice::from_raw_parts((pointer + size) as *const u8, layout.rear_guard_bytes)
         };
-        check_one(
-            state,
-            pointer,
-            size,
-            "REAR",
-            guard,
-            size as isize,
-            REAR_GUARD_BYTE,
-        );
+        let guard = Guard {
+            which: "REAR",
+            bytes,
+            first_index: size as isize,
+            expected: REAR_GUARD_BYTE,
+        };
+        check_one(state, pointer, size, &guard);
     }
 }
 
 #[inline]
-fn check_one(
-    state: &State,
-    pointer: usize,
-    size: usize,
-    which: &str,
-    guard: &[u8],
-    first_index: isize,
-    expected: u8,
-) {
-    if !crate::bytes::all_equal(guard, expected) {
-        report(state, pointer, size, which, guard, first_index, expected);
+fn check_one(state: &State, pointer: usize, size: usize, guard: &Guard<'_>) {
+    if !crate::bytes::all_equal(guard.bytes, guard.expected) {
+        report(state, pointer, size, guard);
     }
 }
 
 /// Out of line: its log buffers would otherwise give every free a multi-kilobyte stack frame.
 #[cold]
 #[inline(never)]
-fn report(
-    state: &State,
-    pointer: usize,
-    size: usize,
-    which: &str,
-    guard: &[u8],
-    first_index: isize,
-    expected: u8,
-) {
+fn report(state: &State, pointer: usize, size: usize, guard: &Guard<'_>) {
     failure::divider();
     log_error!(
         "+++ ALLOCATION 0x{:x} SIZE {} HAS A CORRUPTED {} GUARD",
         pointer,
         size,
-        which
+        guard.which
     );
-    for (i, &b) in guard.iter().enumerate().filter(|(_, b)| **b != expected) {
+    for (i, &b) in guard
+        .bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b != guard.expected)
+    {
         log_error!(
             "  allocation[{}] = 0x{:02x} (expected 0x{:02x})",
-            first_index + i as isize,
+            guard.first_index + i as isize,
             b,
-            expected
+            guard.expected
         );
     }
     failure::log_failure_backtrace(state);

@@ -38,6 +38,16 @@ fn entries(lines: &[String]) -> Vec<(String, usize)> {
         .collect()
 }
 
+/// Sizes (hex) of the entries that have frames, in buffer order.
+fn sizes_with_frames(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("entry "))
+        .filter(|e| !e.ends_with(" 0"))
+        .map(|e| e.split(' ').next().unwrap().to_string())
+        .collect()
+}
+
 fn totals(lines: &[String]) -> String {
     lines.last().cloned().unwrap_or_default()
 }
@@ -73,13 +83,7 @@ fn size_filters_leave_allocations_without_frames_out() {
         ("backtrace backtrace_size=100", vec!["64"]),
     ] {
         let lines = run("sizes", options);
-        let sizes: Vec<String> = lines
-            .iter()
-            .filter_map(|l| l.strip_prefix("entry "))
-            .filter(|e| !e.ends_with(" 0"))
-            .map(|e| e.split(' ').next().unwrap().to_string())
-            .collect();
-        assert_eq!(sizes, kept, "{options}: {lines:?}");
+        assert_eq!(sizes_with_frames(&lines), kept, "{options}: {lines:?}");
     }
 }
 
@@ -90,13 +94,7 @@ fn enable_on_signal_toggles_capture() {
     assert_eq!(entries(&lines), [("16".into(), 1)]);
     // With `backtrace` too, capture starts on and the first signal turns it off.
     let lines = run("toggle", "backtrace backtrace_enable_on_signal");
-    let with_frames: Vec<String> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("entry "))
-        .filter(|e| !e.ends_with(" 0"))
-        .map(|e| e.split(' ').next().unwrap().to_string())
-        .collect();
-    assert_eq!(with_frames, ["21", "b"], "{lines:?}");
+    assert_eq!(sizes_with_frames(&lines), ["21", "b"], "{lines:?}");
 }
 
 #[test]
