@@ -8,6 +8,11 @@ mod common;
 use common::*;
 
 fn run(scenario: &str, options: &str) -> Vec<String> {
+    run_with(scenario, options, &[]).0
+}
+
+/// (stdout lines, malloc_debug log messages) of a scenario with extra arguments.
+fn run_with(scenario: &str, options: &str, extra: &[&str]) -> (Vec<String>, Vec<String>) {
     // -O0: each allocating loop keeps one call site (so its blocks share one backtrace).
     let driver = compile_c(
         "bt_driver",
@@ -15,14 +20,15 @@ fn run(scenario: &str, options: &str) -> Vec<String> {
         &["-O0", "-rdynamic"],
     );
     let mut cmd = clean_command(driver);
-    cmd.arg(lib_path()).arg(scenario).arg(options);
+    cmd.arg(lib_path()).arg(scenario).arg(options).args(extra);
     let out = cmd.output().unwrap();
     assert_exit_code(&out, 0);
-    stdout_of(&out)
+    let lines = stdout_of(&out)
         .lines()
         .filter(|l| *l != "initialize=1")
         .map(str::to_string)
-        .collect()
+        .collect();
+    (lines, malloc_debug_messages(&out))
 }
 
 /// Entries as (size with zygote bit, count), asserting each has frames.
@@ -113,4 +119,64 @@ fn malloc_backtrace_returns_the_allocation_frames() {
     // unknown pointer has none.
     assert!(f[1].parse::<usize>().unwrap() >= 2, "{lines:?}");
     assert_eq!(f[2..], ["main", "1", "unknown", "0"], "{lines:?}");
+}
+
+#[test]
+fn dump_heap_writes_records_and_bt_info_under_backtrace_full() {
+    let dir = std::env::temp_dir().join(format!("md-bt-abi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("heap.txt");
+    let path_str = path.to_str().unwrap();
+    let (lines, log) = run_with("dump", "backtrace=8 backtrace_full", &[path_str]);
+    assert_eq!(lines, ["dumped"]);
+    assert_eq!(log, [format!("Dumping to file: {path_str}")]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let body: Vec<&str> = text.split("MAPS\n").next().unwrap().lines().collect();
+    assert_eq!(body[0], "Android Native Heap Dump v1.2");
+    assert_eq!(
+        body[4..7],
+        [
+            "Total memory: 500",
+            "Allocation records: 2",
+            "Backtrace size: 8"
+        ]
+    );
+    // Each record line is followed by its bt_info line naming the driver's functions.
+    assert!(
+        body[8].starts_with("z 0  sz      300  num    1  bt "),
+        "{text}"
+    );
+    assert!(body[9].starts_with("  bt_info {\""), "{text}");
+    assert!(body[9].contains(" \"site_b\" "), "{text}");
+    assert!(
+        body[10].starts_with("z 0  sz      100  num    2  bt "),
+        "{text}"
+    );
+    assert!(body[11].contains(" \"site_a\" "), "{text}");
+    assert!(text.ends_with("END\n"));
+    // Without backtrace_full: no bt_info lines.
+    let (_, _) = run_with("dump", "backtrace=8", &[path_str]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains("bt_info"));
+    // An unwritable path: logged, nothing else happens.
+    let missing = dir.join("no/such/dir/heap.txt");
+    let missing = missing.to_str().unwrap();
+    let (lines, log) = run_with("dump", "backtrace", &[missing]);
+    assert_eq!(lines, ["dumped"]);
+    assert_eq!(log, [format!("Unable to create file: {missing}")]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn write_malloc_leak_info_goes_through_a_stream_without_a_descriptor() {
+    let (lines, log) = run_with("write_leak_info", "backtrace", &[]);
+    assert_eq!(log, Vec::<String>::new());
+    assert_eq!(lines[0], "Android Native Heap Dump v1.2");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("z 0  sz      100  num    1  bt "))
+    );
+    assert_eq!(lines.last().unwrap(), "END");
 }

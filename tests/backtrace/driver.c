@@ -1,5 +1,5 @@
 // Leak info and backtrace controls through the C ABI, the way bionic drives the library.
-// Usage: driver LIB SCENARIO OPTIONS ; prints one line per leak-info entry:
+// Usage: driver LIB SCENARIO OPTIONS [PATH] ; prints one line per leak-info entry:
 //   "entry SIZE_HEX NUM FRAMES" then "total T info_size I overall O frames F".
 #include "../abi/bionic.h"
 #include <signal.h>
@@ -59,6 +59,22 @@ int main(int argc, char** argv) {
     raise(SIGRTMAX - 19);
     site_c(33);
     print_leak_info();
+  } else if (strcmp(scenario, "dump") == 0 && argc > 4) {
+    // debug_dump_heap(path): two blocks from one site, one from another.
+    for (int i = 0; i < 2; i++) site_a(100);
+    site_b(300);
+    d_dump_heap(argv[4]);
+    printf("dumped\n");
+  } else if (strcmp(scenario, "write_leak_info") == 0) {
+    // debug_write_malloc_leak_info(FILE*): the same text through a stream.
+    site_a(100);
+    char* text = NULL;
+    size_t len = 0;
+    FILE* f = open_memstream(&text, &len);
+    d_write_malloc_leak_info(f);
+    fclose(f);
+    fputs(text, stdout);
+    free(text);
   } else if (strcmp(scenario, "empty") == 0) {
     print_leak_info();
   } else if (strcmp(scenario, "malloc_backtrace") == 0) {
