@@ -164,15 +164,15 @@ fn recorded(
     p
 }
 
-fn allocation(kind: record::Kind, ptr: usize, size: usize, u: usize) -> Option<record::Done> {
-    (ptr != 0).then_some(record::Done {
+fn allocation(kind: record::Kind, ptr: usize, size: usize, u: usize) -> record::Done {
+    record::Done {
         kind,
         ptr,
         size,
         u: u as u64,
         present: -1,
         untimed: false,
-    })
+    }
 }
 
 pub fn malloc(cx: &Entered, size: usize) -> *mut c_void {
@@ -182,12 +182,8 @@ pub fn malloc(cx: &Entered, size: usize) -> *mut c_void {
         // A failed malloc is recorded too, without timestamps.
         |p| {
             Some(record::Done {
-                kind: record::Kind::Malloc,
-                ptr: p,
-                size,
-                u: 0,
-                present: -1,
                 untimed: p == 0,
+                ..allocation(record::Kind::Malloc, p, size, 0)
             })
         },
     )
@@ -197,7 +193,7 @@ pub fn calloc(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
     recorded(
         cx.state,
         || calloc_unrecorded(cx, nmemb, size),
-        |p| allocation(record::Kind::Calloc, p, size, nmemb),
+        |p| (p != 0).then(|| allocation(record::Kind::Calloc, p, size, nmemb)),
     )
 }
 
@@ -247,7 +243,7 @@ pub fn memalign(cx: &Entered, alignment: usize, bytes: usize) -> *mut c_void {
     recorded(
         cx.state,
         || memalign_unrecorded(cx, alignment, bytes),
-        |p| allocation(record::Kind::Memalign, p, bytes.max(1), alignment),
+        |p| (p != 0).then(|| allocation(record::Kind::Memalign, p, bytes.max(1), alignment)),
     )
 }
 
