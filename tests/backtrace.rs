@@ -249,3 +249,27 @@ fn dump_on_signal_at_next_malloc() {
         "{text}"
     );
 }
+
+#[test]
+fn fork_while_another_thread_unwinds() {
+    for options in ["backtrace", "backtrace backtrace_full"] {
+        let mut cmd = clean_command(driver());
+        cmd.arg(lib_path()).arg("fork-unwind").arg(options).arg("");
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn driver");
+        // Generous bound: a deadlocked child (or parent) fails the test instead of hanging it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                let output = child.wait_with_output().unwrap();
+                panic!("deadlock with {options}: {}", stdout_of(&output));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let output = child.wait_with_output().unwrap();
+        let out = ok(&output);
+        assert!(out.contains("forks=1000\n"), "{out}");
+    }
+}

@@ -2,6 +2,7 @@
 // scenario per process through the leak-info, malloc_backtrace and heap-dump entry points.
 // Usage: driver LIB SCENARIO OPTIONS [PATH]
 #include <signal.h>
+#include <sys/wait.h>
 
 #include "../abi/bionic.h"
 
@@ -122,6 +123,40 @@ static void enable_on_signal(void) {
   d_free(after);
 }
 
+static volatile int stop_allocating;
+static void* allocate_loop(void* arg) {
+  (void)arg;
+  while (!stop_allocating) {
+    void* p = site_a(64);
+    void* q = site_b(128);
+    d_free(p);
+    d_free(q);
+  }
+  return NULL;
+}
+
+// A fork while another thread is inside the unwinder or the tables must not deadlock the child.
+static void fork_while_unwinding(void) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, allocate_loop, NULL) == 0);
+  for (int i = 0; i < 1000; i++) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+      alarm(60);  // a deadlocked child dies by SIGALRM, which the parent reports
+      void* p = site_b(32);
+      d_free(p);
+      _exit(p != NULL ? 0 : 1);
+    }
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  stop_allocating = 1;
+  CHECK(pthread_join(t, NULL) == 0);
+  printf("forks=1000\n");
+}
+
 int main(int argc, char** argv) {
   if (argc < 4) {
     printf("usage: driver LIB SCENARIO OPTIONS [PATH]\n");
@@ -169,6 +204,8 @@ int main(int argc, char** argv) {
     void* b = d_malloc(1);
     d_free(b);
     d_free(a);
+  } else if (strcmp(scenario, "fork-unwind") == 0) {
+    fork_while_unwinding();
   } else {
     printf("unknown scenario %s\n", scenario);
     return 2;
