@@ -47,6 +47,12 @@ fn leak_info_layout_sort_merge_zygote_and_malloc_backtrace() {
 }
 
 #[test]
+fn only_adjacent_identical_entries_merge() {
+    let out = ok(&run("adjacency", "backtrace", ""));
+    assert!(out.contains("entry size=0x40 num="), "{out}");
+}
+
+#[test]
 fn leak_info_empty_and_untracked() {
     let out = ok(&run("leak-empty", "backtrace", ""));
     assert!(out.contains("overall=0 info_size=0 total=0 bt_size=0\n"));
@@ -160,7 +166,7 @@ fn dump_heap_v1_2_format() {
     let dir = tmpdir("dump");
     let path = dir.join("heap.txt");
     let output = run("dump-heap", "backtrace", path.to_str().unwrap());
-    ok(&output);
+    assert!(ok(&output).contains("maps-equal=1\n"));
     assert_eq!(
         malloc_debug_messages(&output),
         // The message ends with "\n"; logcat's threadtime layout drops a trailing newline.

@@ -2,6 +2,7 @@
 // scenario per process through the leak-info, malloc_backtrace and heap-dump entry points.
 // Usage: driver LIB SCENARIO OPTIONS [PATH]
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 
 #include "../abi/bionic.h"
@@ -100,6 +101,25 @@ static void leak_info(void) {
   CHECK(l.info == NULL && l.overall == 0 && l.info_size == 0 && l.total == 0 && l.bt_size == 0);
 }
 
+// Only adjacent equal elements merge (§4.2): two stacks of equal size and depth interleave.
+static void adjacency(void) {
+  void* p[8];
+  for (volatile int i = 0; i < 8; i++) p[i] = (i & 1) ? site_b(64) : site_a(64);
+  struct leak l = get_leak();
+  print_leak(&l);
+  size_t n = l.overall / l.info_size, sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(entry_size(&l, i) == 64);
+    sum += entry_num(&l, i);
+    if (i > 0) {
+      CHECK(memcmp(entry_frames(&l, i - 1), entry_frames(&l, i), sizeof(uintptr_t) * FRAMES) != 0);
+    }
+  }
+  CHECK(sum == 8 && n >= 2);
+  d_free_malloc_leak_info(l.info);
+  for (int i = 0; i < 8; i++) d_free(p[i]);
+}
+
 static void size_filter(void) {
   void* small = site_a(50);
   void* mid = site_a(150);
@@ -121,6 +141,50 @@ static void enable_on_signal(void) {
   d_free_malloc_leak_info(l.info);
   d_free(before);
   d_free(after);
+}
+
+static size_t named_lines(char* text, size_t len);
+
+static size_t read_all(const char* path, char* buf, size_t cap) {
+  int fd = open(path, O_RDONLY);
+  CHECK(fd >= 0);
+  size_t len = 0;
+  ssize_t n;
+  while (len < cap && (n = read(fd, buf + len, cap - len)) > 0) len += (size_t)n;
+  close(fd);
+  CHECK(len < cap);
+  return len;
+}
+
+// The dump's MAPS section is /proc/self/maps as read, followed by END.
+static int maps_equal(const char* dump) {
+  static char d[1 << 20], m[1 << 20];
+  if (access(dump, F_OK) != 0) return -1;
+  size_t dl = read_all(dump, d, sizeof(d));
+  size_t ml = read_all("/proc/self/maps", m, sizeof(m));
+  d[dl] = 0;
+  char* maps = strstr(d, "\nMAPS\n");
+  CHECK(maps != NULL);
+  maps += 6;
+  size_t rest = dl - (size_t)(maps - d);
+  if (rest < 4 || memcmp(maps + rest - 4, "END\n", 4) != 0) return 0;
+  size_t fl = named_lines(maps, rest - 4), gl = named_lines(m, ml);
+  return fl == gl && memcmp(maps, m, fl) == 0;
+}
+
+// Keeps only lines naming a file or [region] (compacted in place): the dumper's own transient
+// buffer can resize an anonymous mapping between its read and ours.
+static size_t named_lines(char* text, size_t len) {
+  size_t out = 0, start = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] != '\n') continue;
+    if (i > start && text[i - 1] != ' ') {
+      memmove(text + out, text + start, i + 1 - start);
+      out += i + 1 - start;
+    }
+    start = i + 1;
+  }
+  return out;
 }
 
 static volatile int stop_allocating;
@@ -173,6 +237,8 @@ int main(int argc, char** argv) {
     struct leak l = get_leak();
     print_leak(&l);
     CHECK(l.info == NULL && l.overall == 0 && l.total == 0);
+  } else if (strcmp(scenario, "adjacency") == 0) {
+    adjacency();
   } else if (strcmp(scenario, "size-filter") == 0) {
     size_filter();
   } else if (strcmp(scenario, "enable-on-signal") == 0) {
@@ -185,6 +251,7 @@ int main(int argc, char** argv) {
     void* z = site_b(1000000000);
     zygote_child = false;
     d_dump_heap(path);
+    printf("maps-equal=%d\n", maps_equal(path));
     d_free(a[0]);
     d_free(a[1]);
     d_free(b);
