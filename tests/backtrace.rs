@@ -67,6 +67,25 @@ fn leak_info_empty_and_untracked() {
 }
 
 #[test]
+fn leak_info_null_parameter_writes_nothing() {
+    let output = run("leak-null", "backtrace", "");
+    ok(&output);
+    assert_eq!(
+        malloc_debug_messages(&output),
+        vec!["get_malloc_leak_info: At least one invalid parameter."]
+    );
+}
+
+#[test]
+fn backtrace_frames_option_sets_entry_width() {
+    let out = ok(&run("leak-empty", "backtrace=4", ""));
+    assert!(
+        out.contains("overall=0 info_size=0 total=0 bt_size=0\n"),
+        "{out}"
+    );
+}
+
+#[test]
 fn size_filters_keep_frameless_entries() {
     let out = ok(&run(
         "size-filter",

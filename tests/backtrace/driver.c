@@ -237,6 +237,19 @@ int main(int argc, char** argv) {
     struct leak l = get_leak();
     print_leak(&l);
     CHECK(l.info == NULL && l.overall == 0 && l.total == 0);
+  } else if (strcmp(scenario, "leak-one") == 0) {
+    void* p = site_a(10);
+    struct leak l = get_leak();
+    print_leak(&l);
+    d_free_malloc_leak_info(l.info);
+    d_free(p);
+  } else if (strcmp(scenario, "leak-null") == 0) {
+    uint8_t* info = (uint8_t*)1;
+    size_t a = 1, b = 1, c = 1;
+    void* p = site_a(10);
+    d_get_malloc_leak_info(&info, &a, &b, &c, NULL);
+    CHECK(info == (uint8_t*)1 && a == 1 && b == 1 && c == 1);
+    d_free(p);
   } else if (strcmp(scenario, "adjacency") == 0) {
     adjacency();
   } else if (strcmp(scenario, "size-filter") == 0) {
