@@ -1,5 +1,5 @@
 //! Backtrace capture, leak info (§4), malloc_backtrace (§6.1) and heap dumps (§5) driven the way
-//! bionic drives the library: a C driver dlopens libc_malloc_debug.so (tests/backtrace/driver.c),
+//! bionic drives the library: a C driver dlopens libc_malloc_debug.so (tests/leak_info/driver.c),
 //! one scenario per process.
 
 mod common;
@@ -8,7 +8,7 @@ use common::*;
 use std::process::Output;
 
 fn driver() -> std::path::PathBuf {
-    compile_c("bt_driver", "tests/backtrace/driver.c", &[])
+    compile_c("leak_info_driver", "tests/leak_info/driver.c", &[])
 }
 
 fn run(scenario: &str, options: &str, path: &str) -> Output {
