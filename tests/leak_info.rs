@@ -215,7 +215,7 @@ fn dump_heap_full_has_bt_info() {
     assert_eq!(records.len(), 6, "{text}");
     for pair in records.chunks(2) {
         assert!(pair[1].starts_with("  bt_info {\""), "{text}");
-        assert!(pair[1].contains("bt_driver"), "{text}");
+        assert!(pair[1].contains("leak_info_driver"), "{text}");
     }
     assert!(
         text.contains("\"site_a\" ") || text.contains("\"site_b\" "),
