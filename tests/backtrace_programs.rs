@@ -19,13 +19,6 @@ fn program() -> PathBuf {
     )
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("md-bt-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// A heap dump as native_heapdump_viewer.py and our CLI read it.
 struct Dump {
     total_memory: usize,
@@ -138,7 +131,7 @@ fn symbolize(dump: &Dump, program: &Path, syms: &[(u64, u64, String)], pc: u64) 
 
 #[test]
 fn exit_dump_names_the_leaking_functions_and_agrees_with_leak_info() {
-    let dir = scratch("exit");
+    let dir = scratch_dir("bt-programs-exit");
     let prefix = dir.join("heap");
     let options = format!(
         "backtrace leak_track backtrace_dump_on_exit backtrace_dump_prefix={}",
@@ -197,7 +190,7 @@ fn exit_dump_names_the_leaking_functions_and_agrees_with_leak_info() {
 
 #[test]
 fn dump_requested_by_signal_from_a_running_threaded_program() {
-    let dir = scratch("signal");
+    let dir = scratch_dir("bt-programs-signal");
     let prefix = dir.join("heap");
     let options = format!("backtrace backtrace_dump_prefix={}", prefix.display());
     let prefix_arg = prefix.to_str().unwrap();

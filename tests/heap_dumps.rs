@@ -13,15 +13,6 @@ fn leaker() -> std::path::PathBuf {
     compile_c("leaker", programs_dir().join("leaker.c"), &["-ldl"])
 }
 
-fn tmpdir(name: &str) -> std::path::PathBuf {
-    let dir = lib_dir()
-        .join("test-tmp")
-        .join(format!("btp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 struct Record {
     zygote: bool,
     size: usize,
@@ -134,7 +125,7 @@ fn symbolize(dump: &Dump, frames: &[u64], exe: &Path) -> Vec<String> {
 #[test]
 fn exit_dump_is_symbolized_and_agrees_with_leak_info() {
     let exe = leaker();
-    let dir = tmpdir("exit");
+    let dir = scratch_dir("heap-dumps-exit");
     let prefix = dir.join("heap");
     let options = format!(
         "backtrace leak_track backtrace_dump_on_exit backtrace_dump_prefix={}",
@@ -186,7 +177,7 @@ fn output_pid(output: &std::process::Output) -> u32 {
 #[test]
 fn kill_47_dumps_from_a_running_multithreaded_program() {
     let exe = leaker();
-    let dir = tmpdir("signal");
+    let dir = scratch_dir("heap-dumps-signal");
     let prefix = dir.join("heap");
     let options = format!("backtrace backtrace_dump_prefix={}", prefix.display());
     // The program churns until the test creates `marker`, after it has seen the dump.

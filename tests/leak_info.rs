@@ -27,15 +27,6 @@ fn ok(output: &Output) -> String {
     out
 }
 
-fn tmpdir(name: &str) -> std::path::PathBuf {
-    let dir = lib_dir()
-        .join("test-tmp")
-        .join(format!("bt-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 #[test]
 fn leak_info_layout_sort_merge_zygote_and_malloc_backtrace() {
     let out = ok(&run("leak-info", "backtrace", ""));
@@ -182,7 +173,7 @@ fn check_record(line: &str, z: u8, sz: usize, num: usize) {
 
 #[test]
 fn dump_heap_v1_2_format() {
-    let dir = tmpdir("dump");
+    let dir = scratch_dir("leak-info-dump");
     let path = dir.join("heap.txt");
     let output = run("dump-heap", "backtrace", path.to_str().unwrap());
     assert!(ok(&output).contains("maps-equal=1\n"));
@@ -203,7 +194,7 @@ fn dump_heap_v1_2_format() {
 
 #[test]
 fn dump_heap_full_has_bt_info() {
-    let dir = tmpdir("dumpfull");
+    let dir = scratch_dir("leak-info-dumpfull");
     let path = dir.join("heap.txt");
     ok(&run(
         "dump-heap",
@@ -235,7 +226,7 @@ fn dump_heap_unwritable_path_logs_error() {
 
 #[test]
 fn write_malloc_leak_info_to_file() {
-    let dir = tmpdir("write");
+    let dir = scratch_dir("leak-info-write");
     let path = dir.join("out.txt");
     let out = ok(&run("write-leak-info", "backtrace", path.to_str().unwrap()));
     assert!(out.contains("write=1\n"), "{out}");
@@ -251,7 +242,7 @@ fn write_malloc_leak_info_to_file() {
 
 #[test]
 fn dump_on_signal_at_next_malloc() {
-    let dir = tmpdir("signal");
+    let dir = scratch_dir("leak-info-signal");
     let prefix = dir.join("heap");
     let output = run(
         "dump-on-signal",

@@ -11,13 +11,6 @@ fn program() -> PathBuf {
     compile_c("record", "tests/programs/record.c", &["-O0", "-pthread"])
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("md-record-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// (pid, stdout) of a run.
 fn run(options: &str, args: &[&str]) -> (u32, std::process::Output) {
     let out = run_under_front(program(), args, Some(options), &[]);
@@ -84,7 +77,7 @@ fn normalise(text: &str, pid: u32) -> Vec<String> {
 
 #[test]
 fn every_call_type_signal_write_and_exit_write() {
-    let dir = scratch("all");
+    let dir = scratch_dir("record-all");
     let file = dir.join("rec.txt");
     let options = format!(
         "record_allocs record_allocs_file={} record_allocs_on_exit",
@@ -143,7 +136,7 @@ fn every_call_type_signal_write_and_exit_write() {
 
 #[test]
 fn the_entry_limit_drops_later_calls_and_says_so() {
-    let dir = scratch("limit");
+    let dir = scratch_dir("record-limit");
     let file = dir.join("rec.txt");
     let options = format!(
         "record_allocs=5 record_allocs_file={} record_allocs_on_exit",
@@ -176,7 +169,7 @@ fn nothing_to_write_and_unwritable_files_are_reported() {
 
 #[test]
 fn verbose_names_the_signal() {
-    let dir = scratch("verbose");
+    let dir = scratch_dir("record-verbose");
     let options = format!(
         "record_allocs verbose record_allocs_file={}",
         dir.join("r").display()

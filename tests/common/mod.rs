@@ -329,3 +329,13 @@ pub fn progname(path: impl AsRef<Path>) -> String {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
 }
+
+/// A fresh, empty directory for one test's files: `<target>/release/test-tmp/<name>-<pid>`.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = lib_dir()
+        .join("test-tmp")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
