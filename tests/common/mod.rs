@@ -109,9 +109,11 @@ pub fn compile_c(name: &str, source: impl AsRef<Path>, extra_args: &[&str]) -> P
     let contents = fs::read(&source)
         .unwrap_or_else(|e| panic!("cannot read test program {}: {e}", source.display()));
     let header = fs::read(include_dir().join("malloc_debug.h")).unwrap_or_default();
+    // The drivers' shared loader header is part of what they are built from.
+    let bionic_h = fs::read(manifest_dir().join("tests/abi/bionic.h")).unwrap_or_default();
 
     let mut hasher = DefaultHasher::new();
-    (name, &contents, &header, extra_args, &compiler).hash(&mut hasher);
+    (name, &contents, &header, &bionic_h, extra_args, &compiler).hash(&mut hasher);
     let dir = lib_dir()
         .join("test-programs")
         .join(format!("{:016x}", hasher.finish()));
@@ -145,7 +147,14 @@ pub fn compile_c(name: &str, source: impl AsRef<Path>, extra_args: &[&str]) -> P
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("cannot rename to {}: {e}", out.display()));
+    // Tests compile concurrently: the first binary in place stays (replacing it would delete the
+    // file under a running test, whose maps would then name "(deleted)").
+    match fs::hard_link(&tmp, &out) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => panic!("cannot link {}: {e}", out.display()),
+    }
+    let _ = fs::remove_file(&tmp);
     out
 }
 
