@@ -24,6 +24,7 @@ pub fn on_entry(state: &State) {
 #[cold]
 #[inline(never)]
 fn check_unreachable(state: &State) {
+    let _foreign = crate::sync::DisabledScope::enter();
     crate::unreachable::check(state);
 }
 
@@ -47,6 +48,7 @@ pub fn on_internal_malloc_or_free(state: &State) {
 #[cold]
 #[inline(never)]
 pub fn log_allocator_stats(state: &State) {
+    let _foreign = crate::sync::DisabledScope::enter();
     log_info!("Logging allocator stats...");
     // SAFETY: plain native call.
     if unsafe { (state.dispatch.mallopt)(M_LOG_STATS, 0) } == 0 {

@@ -13,20 +13,36 @@ pub struct Entered {
     _gate: GateGuard,
 }
 
-/// Enters the library, or returns `None` when the call must go straight to the native
-/// allocator: not initialised, or this thread is already inside the library.
+/// Enters the library for a call that may run code outside it (reports, dumps, leak info): the
+/// thread is marked for the whole call, so anything that allocates on the way goes straight to
+/// the native allocator. `None` when the call must go to the native allocator itself: not
+/// initialised, or this thread is already inside the library.
 #[inline]
 pub fn enter() -> Option<Entered> {
+    enter_with(DisabledScope::enter_clear)
+}
+
+/// Enters the library for an allocation call. The thread is not marked up front: the paths of
+/// malloc, free and the rest call only the native allocator, the kernel and our own tables, none
+/// of which comes back into malloc. Whatever may run foreign code on the way (logging, error
+/// reports, the deferred signal work, the unwinder's table lookups) marks the thread itself with
+/// `DisabledScope::enter`. Saves two `pthread_setspecific` calls on every allocation.
+#[inline]
+pub fn enter_allocation() -> Option<Entered> {
+    enter_with(DisabledScope::unmarked)
+}
+
+#[inline(always)]
+fn enter_with(mark: fn() -> DisabledScope) -> Option<Entered> {
     if sync::debug_calls_disabled() {
         return None;
     }
     let state = state::get()?;
     let gate = sync::GATE.enter();
-    let disabled = DisabledScope::enter_clear();
     let entered = Entered {
         state,
         _signal: BacktraceSignalBlock::new(),
-        _disabled: disabled,
+        _disabled: mark(),
         _gate: gate,
     };
     crate::deferred::on_entry(state);

@@ -39,7 +39,7 @@ pub extern "C" fn debug_finalize() {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_malloc(size: usize) -> *mut c_void {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) => alloc::malloc(&cx, size),
         // SAFETY: native allocator call with the caller's argument.
         None => native().map_or(null_mut(), |d| unsafe { (d.malloc)(size) }),
@@ -48,7 +48,7 @@ pub unsafe extern "C" fn debug_malloc(size: usize) -> *mut c_void {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_free(pointer: *mut c_void) {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) if !pointer.is_null() => {
             // free never changes errno (POSIX.1-2024), though verification and free_track's
             // queue make system calls that may.
@@ -67,7 +67,7 @@ pub unsafe extern "C" fn debug_free(pointer: *mut c_void) {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_calloc(nmemb: usize, bytes: usize) -> *mut c_void {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) => alloc::calloc(&cx, nmemb, bytes),
         // SAFETY: native allocator call with the caller's arguments.
         None => native().map_or(null_mut(), |d| unsafe { (d.calloc)(nmemb, bytes) }),
@@ -76,7 +76,7 @@ pub unsafe extern "C" fn debug_calloc(nmemb: usize, bytes: usize) -> *mut c_void
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_realloc(pointer: *mut c_void, bytes: usize) -> *mut c_void {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) => alloc::realloc(&cx, pointer, bytes),
         // SAFETY: native allocator call with the caller's arguments.
         None => native().map_or(null_mut(), |d| unsafe { (d.realloc)(pointer, bytes) }),
@@ -85,7 +85,7 @@ pub unsafe extern "C" fn debug_realloc(pointer: *mut c_void, bytes: usize) -> *m
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_memalign(alignment: usize, bytes: usize) -> *mut c_void {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) => alloc::memalign(&cx, alignment, bytes),
         // SAFETY: native allocator call with the caller's arguments.
         None => native().map_or(null_mut(), |d| unsafe { (d.memalign)(alignment, bytes) }),
@@ -94,7 +94,7 @@ pub unsafe extern "C" fn debug_memalign(alignment: usize, bytes: usize) -> *mut 
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_aligned_alloc(alignment: usize, size: usize) -> *mut c_void {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) => alloc::aligned_alloc(&cx, alignment, size),
         // SAFETY: native allocator call with the caller's arguments.
         None => native().map_or(null_mut(), |d| unsafe {
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn debug_posix_memalign(
     alignment: usize,
     size: usize,
 ) -> c_int {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) => alloc::posix_memalign(&cx, memptr, alignment, size),
         // SAFETY: native allocator call with the caller's arguments.
         None => native().map_or(libc::ENOMEM, |d| unsafe {
@@ -121,7 +121,7 @@ pub unsafe extern "C" fn debug_posix_memalign(
 #[cfg(target_pointer_width = "32")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_pvalloc(bytes: usize) -> *mut c_void {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) => {
             let page = crate::platform::page_size();
             match bytes.checked_add(page - 1) {
@@ -140,7 +140,7 @@ pub unsafe extern "C" fn debug_pvalloc(bytes: usize) -> *mut c_void {
 #[cfg(target_pointer_width = "32")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_valloc(size: usize) -> *mut c_void {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) => alloc::memalign(&cx, crate::platform::page_size(), size),
         // SAFETY: native allocator call with the caller's argument.
         None => native().map_or(null_mut(), |d| unsafe { (d.valloc)(size) }),
@@ -149,7 +149,7 @@ pub unsafe extern "C" fn debug_valloc(size: usize) -> *mut c_void {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_malloc_usable_size(pointer: *const c_void) -> usize {
-    match entry::enter() {
+    match entry::enter_allocation() {
         Some(cx) if !pointer.is_null() => alloc::malloc_usable_size(&cx, pointer),
         // SAFETY: native allocator call with the caller's argument.
         _ => native().map_or(0, |d| unsafe { (d.malloc_usable_size)(pointer) }),

@@ -173,6 +173,7 @@ pub fn verify(state: &State, entry: &Freed) -> bool {
 #[cold]
 #[inline(never)]
 fn report_corrupted_tag(state: &State, pointer: usize, tag: u32) {
+    let _foreign = crate::sync::DisabledScope::enter();
     failure::divider();
     log_error!(
         "+++ ALLOCATION 0x{:x} HAS CORRUPTED HEADER TAG 0x{:x} AFTER FREE",
@@ -185,6 +186,7 @@ fn report_corrupted_tag(state: &State, pointer: usize, tag: u32) {
 #[cold]
 #[inline(never)]
 fn report_used_after_free(state: &State, entry: &Freed, bytes: &[u8]) {
+    let _foreign = crate::sync::DisabledScope::enter();
     failure::divider();
     log_error!("+++ ALLOCATION 0x{:x} USED AFTER FREE", entry.pointer());
     for (i, &b) in bytes

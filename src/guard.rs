@@ -67,6 +67,7 @@ fn check_one(state: &State, pointer: usize, size: usize, guard: &Guard<'_>) {
 #[cold]
 #[inline(never)]
 fn report(state: &State, pointer: usize, size: usize, guard: &Guard<'_>) {
+    let _foreign = crate::sync::DisabledScope::enter();
     failure::divider();
     log_error!(
         "+++ ALLOCATION 0x{:x} SIZE {} HAS A CORRUPTED {} GUARD",

@@ -14,7 +14,12 @@ use core::fmt::{self, Write};
 const RECORD_CAPACITY: usize = 4096;
 pub(crate) const TAG: &str = "malloc_debug";
 
+// Out of line and cold: inlined, its record buffer would give every caller (free, realloc, ...)
+// a 4 KiB stack frame and a stack probe on every call, even when nothing is logged.
+#[cold]
+#[inline(never)]
 pub fn log(prio: Priority, args: fmt::Arguments<'_>) {
+    let _foreign = crate::sync::DisabledScope::enter();
     let mut msg = StackBuf::<RECORD_CAPACITY>::new();
     let _ = msg.write_fmt(args);
     write_record(prio, TAG, &mut msg);
@@ -22,6 +27,7 @@ pub fn log(prio: Priority, args: fmt::Arguments<'_>) {
 
 /// Writes an already formatted record with the given tag.
 pub fn write_record<const N: usize>(prio: Priority, tag: &str, msg: &mut StackBuf<N>) {
+    let _foreign = crate::sync::DisabledScope::enter();
     #[cfg(target_os = "android")]
     {
         let mut ctag = StackBuf::<32>::new();

@@ -197,6 +197,7 @@ pub fn dump_heap(cx: &Entered, file_name: &[u8]) {
 #[cold]
 #[inline(never)]
 pub fn dump_heap_on_signal(state: &State) {
+    let _foreign = crate::sync::DisabledScope::enter();
     let mut name = StackBuf::<4096>::new();
     let _ = write!(
         name,

@@ -77,6 +77,11 @@ impl DisabledScope {
         set_disabled(true);
         DisabledScope { was_clear: true }
     }
+
+    /// A scope that leaves the flag alone (an allocation call: see `entry::enter_allocation`).
+    pub fn unmarked() -> Self {
+        DisabledScope { was_clear: false }
+    }
 }
 
 impl Drop for DisabledScope {

@@ -36,6 +36,7 @@ pub fn check(state: &State, pointer: usize, function: &str) -> bool {
 #[cold]
 #[inline(never)]
 fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
+    let _foreign = crate::sync::DisabledScope::enter();
     failure::divider();
     match problem {
         Problem::UsedAfterFree => {

@@ -102,6 +102,7 @@ pub fn cached_walk(frames: &mut [usize], mut regs: Regs) -> Walk {
 #[cold]
 #[inline(never)]
 fn slow_lookup(ra: usize, generation: &mut u32) -> Packed {
+    let _foreign = crate::sync::DisabledScope::enter();
     if *generation == UNKNOWN_GENERATION {
         *generation = cfi::generation();
     }

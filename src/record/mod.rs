@@ -52,11 +52,17 @@ pub struct Pending {
 
 /// Reserves the next entry (none when recording is off, the array is full or a write is in
 /// progress) and notes the start time.
-#[inline]
+#[inline(always)]
 pub fn begin(state: &State) -> Option<Pending> {
     if !state.has(bits::RECORD_ALLOCS) {
         return None;
     }
+    begin_recording(state)
+}
+
+/// Out of line: every allocation call passes `begin`, only recording processes go further.
+#[inline(never)]
+fn begin_recording(state: &State) -> Option<Pending> {
     // The write waits for every reserved entry to be filled, so it runs here, before this call
     // reserves one.
     if RECORD_DUMP_PENDING.load(Ordering::Relaxed)
@@ -126,6 +132,7 @@ impl Pending {
 #[cold]
 #[inline(never)]
 pub fn write_on_signal(state: &State) {
+    let _foreign = crate::sync::DisabledScope::enter();
     format::write_file(state, state.config.record_allocs_file, false);
 }
 
