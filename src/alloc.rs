@@ -329,15 +329,8 @@ pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, siz
 // ---------------------------------------------------------------------------------------------
 // free / realloc / malloc_usable_size
 
-/// The internal free shared by free and realloc (spec §2.8 step 4).
-fn internal_free(state: &State, pointer: usize) {
-    if tracking_on(state) {
-        tracking::untrack(pointer);
-    }
-    free_untracked(state, pointer);
-}
-
-/// `internal_free` for a block already out of the live table.
+/// The internal free shared by free and realloc (spec §2.8 step 4), for a block already out of
+/// the live table.
 fn free_untracked(state: &State, pointer: usize) {
     crate::deferred::on_internal_malloc_or_free(state);
     let d = state.dispatch;
@@ -449,17 +442,23 @@ fn realloc_unrecorded(state: &State, old: usize, bytes: usize, present: &mut i64
     if old == 0 {
         return internal_malloc(state, bytes);
     }
-    if !verify::check(state, old, "realloc") {
+    // From here on the old block is out of the live table (one lookup for the check and the
+    // removal); every way out either frees it or tracks it again.
+    let Some(old_record) = verify::check_and_untrack(state, old, "realloc") else {
         if recording {
             *present = -2;
         }
         return null_mut();
-    }
+    };
     if recording {
         *present = record::present_bytes(state, old);
     }
+    let old_block = Untracked {
+        pointer: old,
+        record: old_record,
+    };
     if bytes == 0 {
-        internal_free(state, old);
+        old_block.free(state);
         return null_mut();
     }
     let expand = if state.has(bits::EXPAND_ALLOC) {
@@ -467,31 +466,54 @@ fn realloc_unrecorded(state: &State, old: usize, bytes: usize, present: &mut i64
     } else {
         0
     };
-    let Some(real) = bytes.checked_add(expand) else {
+    let Some(real) = bytes.checked_add(expand).filter(|_| bytes <= MAX_SIZE) else {
+        old_block.keep();
         return fail_nomem();
     };
-    if bytes > MAX_SIZE {
-        return fail_nomem();
-    }
     if state.layout.header {
-        realloc_header(state, old, bytes, real)
+        realloc_header(state, old_block, bytes, real)
     } else {
-        realloc_native(state, old, real)
+        realloc_native(state, old_block, real)
     }
 }
 
-fn retrack(state: &State, pointer: usize, size: usize) {
-    if tracking_on(state) {
-        tracking::untrack(pointer);
-        tracking::track(state, pointer, size);
+/// A verified block taken out of the live table by realloc, with what the table held for it.
+struct Untracked {
+    pointer: usize,
+    record: Option<crate::pointers::Info>,
+}
+
+impl Untracked {
+    /// The block stays as it was: its record goes back into the table.
+    fn keep(self) {
+        if let Some(info) = self.record {
+            tracking::POINTERS.add(self.pointer, info);
+        }
+    }
+
+    /// The block stays, resized in place: recorded afresh (a new allocation backtrace).
+    fn retrack(self, state: &State, size: usize) {
+        if let Some(info) = self.record {
+            tracking::release_backtrace(info.backtrace_id);
+            tracking::track(state, self.pointer, size);
+        }
+    }
+
+    /// The block is freed (moved or realloc to 0).
+    fn free(self, state: &State) {
+        if let Some(info) = self.record {
+            tracking::release_backtrace(info.backtrace_id);
+        }
+        free_untracked(state, self.pointer);
     }
 }
 
-fn realloc_header(state: &State, old: usize, bytes: usize, real: usize) -> *mut c_void {
+fn realloc_header(state: &State, old_block: Untracked, bytes: usize, real: usize) -> *mut c_void {
+    let old = old_block.pointer;
     let h = header(state, old);
     if real == h.size {
         // Same size: nothing moves; re-recording refreshes the allocation backtrace.
-        retrack(state, old, real);
+        old_block.retrack(state, real);
         return old as *mut c_void;
     }
     if real < h.usable_size {
@@ -503,11 +525,12 @@ fn realloc_header(state: &State, old: usize, bytes: usize, real: usize) -> *mut 
             unsafe { core::ptr::addr_of_mut!((*hp).usable_size).write_unaligned(real) };
             guard::write_rear(old, real, state.layout.rear_guard_bytes);
         }
-        retrack(state, old, real);
+        old_block.retrack(state, real);
         return old as *mut c_void;
     }
     let new = internal_malloc(state, bytes) as usize;
     if new == 0 {
+        old_block.keep();
         return fail_nomem();
     }
     let prev = h.usable_size;
@@ -516,20 +539,17 @@ fn realloc_header(state: &State, old: usize, bytes: usize, real: usize) -> *mut 
     let copy = prev.min(usable_size(state, new));
     // SAFETY: both ranges are inside live blocks of at least `copy` bytes; distinct blocks.
     unsafe { core::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, copy) };
-    internal_free(state, old);
+    old_block.free(state);
     fill_on_alloc(state, new, prev);
     new as *mut c_void
 }
 
-fn realloc_native(state: &State, old: usize, real: usize) -> *mut c_void {
+fn realloc_native(state: &State, old_block: Untracked, real: usize) -> *mut c_void {
     let d = state.dispatch;
-    // Untrack first: once the native realloc returns, the old address may already belong to
-    // another thread's new allocation.
-    let old_info = if tracking_on(state) {
-        tracking::POINTERS.remove(old)
-    } else {
-        None
-    };
+    let old = old_block.pointer;
+    // The old block left the table before this point: once the native realloc returns, its
+    // address may already belong to another thread's new allocation.
+    let old_info = old_block.record;
     // Only fill_on_alloc needs the old usable size (a native call on every realloc otherwise).
     let prev = if state.has(bits::FILL_ON_ALLOC) {
         // SAFETY: a verified live native allocation.

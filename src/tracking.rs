@@ -74,16 +74,6 @@ pub fn track(state: &State, pointer: usize, size: usize) {
     }
 }
 
-/// Forgets a live allocation; returns what was recorded.
-pub fn untrack(pointer: usize) -> Option<Info> {
-    let info = POINTERS.remove(pointer);
-    match info {
-        Some(info) => release_backtrace(info.backtrace_id),
-        None => crate::log::log_error!("No tracked pointer found for 0x{:x}", pointer),
-    }
-    info
-}
-
 pub fn release_backtrace(id: u32) {
     if id > BT_EMPTY {
         BACKTRACES.release(id);
