@@ -209,3 +209,34 @@ fn allocator_stats_on_signal_and_at_exit() {
     let (_, out) = run("log_allocator_stats_on_exit", &[]);
     assert_eq!(malloc_debug_messages(&out), once);
 }
+
+#[test]
+fn a_fork_child_reads_its_own_page_table() {
+    let dir = scratch_dir("record-fork");
+    let file = dir.join("rec.txt");
+    let options = format!(
+        "record_allocs record_allocs_file={} record_allocs_on_exit",
+        file.display()
+    );
+    let (_, out) = run(&options, &["fork"]);
+    let child: u32 = stderr_of(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("child "))
+        .and_then(|p| p.trim().parse().ok())
+        .expect("child line");
+    let text = std::fs::read_to_string(dir.join(format!("rec.txt.{child}"))).expect("child's file");
+    let lines: Vec<&str> = text.lines().collect();
+    // The child's malloc of 1 MiB, then its free with every byte present (the block was written
+    // whole); the parent's page table has no such mapping and would give 0.
+    let at = lines
+        .iter()
+        .position(|l| l.contains(" malloc ") && l.contains(" 1048576 "))
+        .unwrap_or_else(|| panic!("the child's malloc in:\n{text}"));
+    let pointer = lines[at].split(' ').nth(2).unwrap();
+    let free = lines[at + 1..]
+        .iter()
+        .find(|l| l.contains(" free ") && l.split(' ').nth(2) == Some(pointer))
+        .unwrap_or_else(|| panic!("the child's free in:\n{text}"));
+    let present: u64 = free.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(present >= 1 << 20, "{free}");
+}

@@ -144,4 +144,5 @@ pub fn write_at_exit(state: &State) {
 /// Fork child: only the forking thread exists; in-flight counts of others are gone.
 pub fn reset_in_child() {
     BUFFER.reset_in_child();
+    present::reopen_in_child();
 }

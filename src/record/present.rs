@@ -11,14 +11,29 @@ const CHUNK: usize = 64;
 const PRESENT: u64 = 1 << 63;
 
 pub fn init() {
+    PAGEMAP.store(open_pagemap(), Ordering::Release);
+}
+
+fn open_pagemap() -> i32 {
     // SAFETY: NUL-terminated literal path.
-    let fd = unsafe {
+    unsafe {
         libc::open(
             c"/proc/self/pagemap".as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC,
         )
-    };
-    PAGEMAP.store(fd, Ordering::Release);
+    }
+}
+
+/// Fork child: the inherited descriptor still reads the parent's page table (`/proc/self` was
+/// resolved when it was opened), so the child opens its own.
+pub fn reopen_in_child() {
+    let old = PAGEMAP.load(Ordering::Acquire);
+    if old < 0 {
+        return;
+    }
+    // SAFETY: our own descriptor; only the forking thread exists in the child.
+    unsafe { libc::close(old) };
+    PAGEMAP.store(open_pagemap(), Ordering::Release);
 }
 
 /// Bytes of `[pointer, pointer + len)` in present pages; -1 when unknown or `len` is 0.

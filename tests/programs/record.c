@@ -1,7 +1,7 @@
 // A program for record_allocs: every recorded call type once on the main thread, then a thread
 // that allocates and exits (its thread_done line). With an argument it raises SIGRTMAX-18 and
 // allocates, which writes the records so far; the rest are written at exit.
-// Usage: record [signal|stats] (stats: SIGRTMAX-15 instead) ; prints "pid <main thread id>" first.
+// Usage: record [signal|stats|fork] (stats: SIGRTMAX-15 instead; fork: a child allocates) ; prints "pid <main thread id>" first.
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
+#include <sys/wait.h>
 static void* worker(void* a) { (void)a; for (int i = 0; i < 3; i++) free(malloc(10 + i)); return NULL; }
 int main(int argc, char** argv) {
   printf("pid %d\n", getpid());
@@ -25,6 +26,21 @@ int main(int argc, char** argv) {
   void* aa = aligned_alloc(16, 32); free(aa);
   free(NULL);
   pthread_t t; pthread_create(&t, NULL, worker, NULL); pthread_join(t, NULL);
+  if (argc > 1 && strcmp(argv[1], "fork") == 0) {
+    // The child maps and touches 1 MiB its parent never had: its present bytes must come from
+    // its own page table. Its records are written at its exit, to the file named with its pid.
+    pid_t child = fork();
+    if (child == 0) {
+      char* big = malloc(1 << 20);
+      memset(big, 1, 1 << 20);
+      free(big);
+      exit(0);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    fprintf(stderr, "child %d\n", (int)child);
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "stats") == 0) { raise(SIGRTMAX - 15); free(malloc(1)); }
   else if (argc > 1) { raise(SIGRTMAX - 18); free(malloc(1)); }
   return 0;
