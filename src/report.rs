@@ -235,8 +235,6 @@ fn dump_heap_to(state: &State, file_name: &[u8]) {
     if !file.commit(written) {
         log_error!("Unable to create file: {}", Bytes(file_name));
     }
-    // The maps and symbol tables read for bt_info lines are not needed between dumps.
-    backtrace::release_caches();
     purge(state);
 }
 
@@ -280,6 +278,9 @@ fn write_dump(state: &State, w: &mut FdWriter) {
             let _ = w.write_str("\n");
         }
     }
+    // The ELF files mapped to name bt_info's functions are not the process's: unmapped before
+    // the maps are copied.
+    backtrace::release_caches();
     let _ = w.write_str("MAPS\n");
     if !copy_file(b"/proc/self/maps\0", w) {
         let _ = w.write_str("Could not open /proc/self/maps\n");

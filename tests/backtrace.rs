@@ -155,6 +155,20 @@ fn dump_heap_writes_records_and_bt_info_under_backtrace_full() {
     );
     assert!(body[11].contains(" \"site_a\" "), "{text}");
     assert!(text.ends_with("END\n"));
+    // MAPS is the process's own: the ELF files the library mapped to name bt_info's functions
+    // are gone by then (each file is mapped from offset 0 once, by the loader).
+    let maps = text.split("MAPS\n").nth(1).unwrap();
+    let mut offset_zero: std::collections::HashMap<&str, usize> = Default::default();
+    for line in maps.lines().filter(|l| *l != "END") {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() >= 6 && f[5].starts_with('/') && u64::from_str_radix(f[2], 16) == Ok(0) {
+            *offset_zero.entry(f[5]).or_default() += 1;
+        }
+    }
+    assert!(
+        offset_zero.values().all(|&n| n == 1) && !offset_zero.is_empty(),
+        "{offset_zero:?}\n{maps}"
+    );
     // Without backtrace_full: no bt_info lines.
     let (_, _) = run_with("dump", "backtrace=8", &[path_str]);
     let text = std::fs::read_to_string(&path).unwrap();
