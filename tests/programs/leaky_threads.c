@@ -4,8 +4,9 @@
 //          then exits (the exit dump is written then).
 //   signal starts 4 allocating threads, raises SIGRTMAX-17, keeps allocating until the dump file
 //          <argv[2]>.<pid>.txt exists, then stops.
-//   fork   one thread allocates in a loop while the main thread forks 1000 times; each child
-//          allocates and exits. Prints "forks 1000" when all children were reaped.
+//   fork   one thread allocates in a loop, from more call sites than the unwinder caches, while
+//          the main thread forks 1000 times; each child allocates from a new call site and
+//          exits. Prints "forks 1000" when all children were reaped.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -49,6 +50,48 @@ static void* churn(void* arg) {
   return NULL;
 }
 
+// 8192 distinct call sites of malloc: twice as many return addresses as the unwinder's rule
+// cache has slots, so a thread that cycles through them keeps missing the cache, and each miss
+// walks the loaded modules under the dynamic loader's lock. (-O0: no call site is merged.)
+#define SITE(n) case (n): p = malloc(16 + ((n) & 63)); break;
+#define SITES2(n) SITE(n) SITE((n) + 1)
+#define SITES4(n) SITES2(n) SITES2((n) + 2)
+#define SITES8(n) SITES4(n) SITES4((n) + 4)
+#define SITES16(n) SITES8(n) SITES8((n) + 8)
+#define SITES32(n) SITES16(n) SITES16((n) + 16)
+#define SITES64(n) SITES32(n) SITES32((n) + 32)
+#define SITES128(n) SITES64(n) SITES64((n) + 64)
+#define SITES256(n) SITES128(n) SITES128((n) + 128)
+#define SITES512(n) SITES256(n) SITES256((n) + 256)
+#define SITES1024(n) SITES512(n) SITES512((n) + 512)
+#define SITES2048(n) SITES1024(n) SITES1024((n) + 1024)
+#define SITES4096(n) SITES2048(n) SITES2048((n) + 2048)
+#define SITES8192(n) SITES4096(n) SITES4096((n) + 4096)
+
+__attribute__((noinline)) static void* alloc_at_site(unsigned i) {
+  void* p = NULL;
+  switch (i & 8191) { SITES8192(0) }
+  return p;
+}
+
+static void* churn_sites(void* arg) {
+  (void)arg;
+  for (unsigned i = 0; !atomic_load(&stop); i += 4099) {  // odd stride: every site in turn
+    void* p = alloc_at_site(i);
+    KEEP(p);
+    free(p);
+  }
+  return NULL;
+}
+
+// Reached only in fork children: a return address the parent never unwound through, so the
+// child's first allocation misses the inherited rule cache and needs the loader's lock.
+__attribute__((noinline)) static void child_allocates(void) {
+  void* p = malloc(100);
+  KEEP(p);
+  free(p);
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "leak";
   if (strcmp(mode, "leak") == 0) {
@@ -83,14 +126,12 @@ int main(int argc, char** argv) {
   }
   if (strcmp(mode, "fork") == 0) {
     pthread_t t;
-    pthread_create(&t, NULL, churn, NULL);
+    pthread_create(&t, NULL, churn_sites, NULL);
     int reaped = 0;
     for (int i = 0; i < 1000; i++) {
       pid_t pid = fork();
       if (pid == 0) {
-        void* p = malloc(100);
-        KEEP(p);
-        free(p);
+        child_allocates();
         _exit(0);
       }
       int status;
