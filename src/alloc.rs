@@ -33,8 +33,14 @@ fn tracking_on(state: &State) -> bool {
 /// Returns the user pointer, or None (block already given back) if the allocator reports no
 /// usable size.
 fn init_header(state: &State, orig: usize, header_at: usize, size: usize) -> Option<usize> {
-    // SAFETY: `orig` was just returned by the native allocator.
-    let native_usable = unsafe { (state.dispatch.malloc_usable_size)(orig as *const c_void) };
+    // With a rear guard the usable size is the requested size: no need to ask the allocator
+    // (a native call on every allocation).
+    let native_usable = if state.layout.rear_guard_bytes > 0 {
+        usize::MAX
+    } else {
+        // SAFETY: `orig` was just returned by the native allocator.
+        unsafe { (state.dispatch.malloc_usable_size)(orig as *const c_void) }
+    };
     init_header_with_usable(state, orig, header_at, size, native_usable)
 }
 
@@ -121,8 +127,8 @@ fn internal_malloc(state: &State, size: usize) -> *mut c_void {
     }
     let d = state.dispatch;
     let pointer = if state.layout.header {
-        // SAFETY: native allocation.
-        let orig = unsafe { (d.memalign)(MIN_ALIGN, real) } as usize;
+        // SAFETY: native allocation (malloc's alignment is MIN_ALIGN: no memalign needed).
+        let orig = unsafe { (d.malloc)(real) } as usize;
         if orig == 0 {
             return null_mut();
         }
@@ -211,8 +217,8 @@ fn calloc_unrecorded(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
     }
     let d = state.dispatch;
     let pointer = if state.layout.header {
-        // SAFETY: native allocation.
-        let orig = unsafe { (d.memalign)(MIN_ALIGN, real) } as usize;
+        // SAFETY: native allocation (malloc's alignment is MIN_ALIGN: no memalign needed).
+        let orig = unsafe { (d.malloc)(real) } as usize;
         if orig == 0 {
             return null_mut();
         }
