@@ -160,6 +160,9 @@ pub fn full_walk(frames: &mut [usize]) -> usize {
     if st.sink.is_full() {
         return 0;
     }
+    // The unwinder walks the loaded modules through libc: marked, like every other path of an
+    // allocation call that leaves the library.
+    let _foreign = crate::sync::DisabledScope::enter();
     _Unwind_Backtrace(trace, (&raw mut st).cast());
     st.sink.len()
 }

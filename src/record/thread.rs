@@ -48,6 +48,10 @@ fn set(value: usize) {
 #[inline]
 pub fn note_thread() {
     if value() == 0 {
+        // Once per thread. A key past glibc's inline slots (a process that had created 32 keys
+        // before the library loaded) makes setspecific calloc its second-level block: marked,
+        // that calloc goes to the native allocator instead of recording again, recursively.
+        let _foreign = crate::sync::DisabledScope::enter();
         set((crate::platform::gettid() as usize) << ROUND_BITS);
     }
 }
