@@ -144,21 +144,6 @@ impl Gate {
         }
     }
 
-    /// Enters as a reader unless the gate is closed.
-    pub fn try_enter(&'static self) -> Option<GateGuard> {
-        let shard = self.shard();
-        if self.closed.load(Ordering::SeqCst) {
-            return None;
-        }
-        shard.fetch_add(1, Ordering::SeqCst);
-        // As in `enter`: either the closer sees our count or we see its flag.
-        if self.closed.load(Ordering::SeqCst) {
-            shard.fetch_sub(1, Ordering::SeqCst);
-            return None;
-        }
-        Some(GateGuard { shard })
-    }
-
     /// Closes the gate and waits until no reader is inside.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

@@ -240,3 +240,47 @@ fn a_fork_child_reads_its_own_page_table() {
     let present: u64 = free.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(present >= 1 << 20, "{free}");
 }
+
+#[test]
+fn calls_made_during_a_signal_write_wait_and_are_recorded() {
+    let dir = scratch_dir("record-threads");
+    let file = dir.join("rec.txt");
+    let options = format!(
+        "record_allocs record_allocs_file={} record_allocs_on_exit",
+        file.display()
+    );
+    let (pid, out) = run(&options, &["threads"]);
+    assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
+    let on_signal = std::fs::read_to_string(&file).expect("file written on the signal");
+    let at_exit = std::fs::read_to_string(dir.join(format!("rec.txt.{pid}"))).expect("exit file");
+    // Per worker thread: every one of its 40,000 calls, in one file or the other, then its
+    // thread_done; nothing lost while the signal's write was going on.
+    let mut per_thread: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+    for line in on_signal.lines().chain(at_exit.lines()) {
+        let (tid, rest) = line.split_once(": ").expect("tid");
+        if tid == pid.to_string() {
+            continue;
+        }
+        let e = per_thread.entry(tid).or_default();
+        if rest.starts_with("thread_done") {
+            e.1 += 1;
+        } else {
+            e.0 += 1;
+        }
+    }
+    let mut counts: Vec<(usize, usize)> = per_thread.values().copied().collect();
+    counts.sort();
+    // (The program's first thread, before the four: 3 mallocs and 3 frees.)
+    assert_eq!(
+        counts,
+        [(6, 1), (40_000, 1), (40_000, 1), (40_000, 1), (40_000, 1)],
+        "{per_thread:?}"
+    );
+    // The write happened while the workers were allocating: both files hold some of their calls.
+    let workers_in = |text: &str| {
+        text.lines()
+            .filter(|l| !l.starts_with(&format!("{pid}:")))
+            .count()
+    };
+    assert!(workers_in(&on_signal) > 0 && workers_in(&at_exit) > 0);
+}

@@ -1,6 +1,6 @@
 //! The entry array: fixed capacity, mapped once at start-up (untouched pages cost nothing),
 //! appended through an atomic index; a write closes the gate, so that calls arriving meanwhile
-//! are not recorded, and waits for calls filling their entry.
+//! wait for it (and are recorded after it, spec §11.6), and waits for calls filling their entry.
 
 use crate::log::log_info;
 use crate::pages;
@@ -85,10 +85,12 @@ impl Buffer {
         true
     }
 
-    /// The next entry, or None: array full (from then on), or a write in progress.
+    /// The next entry, or None once the array is full. While a write is in progress the call
+    /// waits for it (spec §11.6: calls made during a write are recorded after it); the writing
+    /// thread itself never gets here (it is marked, its allocations are not intercepted).
     #[inline]
     pub fn reserve(&'static self) -> Option<Slot> {
-        let guard = self.gate.try_enter()?;
+        let guard = self.gate.enter();
         let capacity = self.capacity.load(Ordering::Relaxed);
         // Past the end the index keeps growing harmlessly: usize does not wrap in practice.
         let index = self.next.fetch_add(1, Ordering::Relaxed);
@@ -149,8 +151,11 @@ impl Buffer {
         self.gate.open();
     }
 
+    /// Fork child: only the forking thread exists. A write another thread had in progress
+    /// will never end here, so the gate is reopened as well as drained.
     pub fn reset_in_child(&self) {
         self.gate.reset_in_child();
+        self.gate.open();
     }
 }
 

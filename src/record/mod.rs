@@ -50,8 +50,8 @@ pub struct Pending {
     pub start_ns: u64,
 }
 
-/// Reserves the next entry (none when recording is off, the array is full or a write is in
-/// progress) and notes the start time.
+/// Reserves the next entry (none when recording is off or the array is full; a call arriving
+/// during a write waits for it) and notes the start time.
 #[inline(always)]
 pub fn begin(state: &State) -> Option<Pending> {
     if !state.has(bits::RECORD_ALLOCS) {
