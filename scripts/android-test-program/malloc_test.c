@@ -1,9 +1,10 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
- * Usage: malloc_test [leak]
+ * Usage: malloc_test [leak|bugs|fork]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free, prints one line per
  * check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that libc's
  * exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation is
- * left live (for leak_track). Prototypes are declared by hand: no bionic headers here. */
+ * left live (for leak_track). With "fork", see fork_test. Prototypes are declared by hand: no
+ * bionic headers here. */
 
 typedef unsigned long size_t;
 
@@ -18,6 +19,13 @@ extern int strcmp(const char* a, const char* b);
 extern void* memset(void* p, int c, size_t n);
 extern void exit(int status) __attribute__((noreturn));
 extern const char* getprogname(void);
+extern int pthread_create(unsigned long* thread, const void* attr, void* (*start)(void*), void* arg);
+extern int pthread_join(unsigned long thread, void** result);
+extern int fork(void);
+extern int waitpid(int pid, int* status, int options);
+extern int kill(int pid, int sig);
+extern int usleep(unsigned int usec);
+extern void _exit(int status) __attribute__((noreturn));
 
 static int failures;
 
@@ -33,6 +41,81 @@ __attribute__((noinline)) void overflow_here(void) {
   // One byte past the end: the rear guard catches it at free.
   ((volatile unsigned char*)p)[100] = 0;
   free(p);
+}
+
+// 8192 distinct call sites of malloc: twice as many return addresses as the unwinder's rule
+// cache has slots, so a thread cycling through them keeps missing the cache, and each miss walks
+// the loaded modules under the dynamic loader's lock (bionic's dl_iterate_phdr).
+#define SITE(n) case (n): p = malloc(16 + ((n) & 63)); break;
+#define SITES2(n) SITE(n) SITE((n) + 1)
+#define SITES4(n) SITES2(n) SITES2((n) + 2)
+#define SITES8(n) SITES4(n) SITES4((n) + 4)
+#define SITES16(n) SITES8(n) SITES8((n) + 8)
+#define SITES32(n) SITES16(n) SITES16((n) + 16)
+#define SITES64(n) SITES32(n) SITES32((n) + 32)
+#define SITES128(n) SITES64(n) SITES64((n) + 64)
+#define SITES256(n) SITES128(n) SITES128((n) + 128)
+#define SITES512(n) SITES256(n) SITES256((n) + 256)
+#define SITES1024(n) SITES512(n) SITES512((n) + 512)
+#define SITES2048(n) SITES1024(n) SITES1024((n) + 1024)
+#define SITES4096(n) SITES2048(n) SITES2048((n) + 2048)
+#define SITES8192(n) SITES4096(n) SITES4096((n) + 4096)
+
+__attribute__((noinline)) static void* alloc_at_site(unsigned i) {
+  void* p = 0;
+  switch (i & 8191) { SITES8192(0) }
+  return p;
+}
+
+static int stop_churn;
+
+static void* churn_sites(void* arg) {
+  (void)arg;
+  for (unsigned i = 0; !__atomic_load_n(&stop_churn, __ATOMIC_RELAXED); i += 4099) {
+    void* p = alloc_at_site(i);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    free(p);
+  }
+  return 0;
+}
+
+// Reached only in fork children: a return address the parent never unwound through, so the
+// child's first allocation misses the inherited rule cache and needs the loader's lock. A child
+// forked while the other thread held that lock (inside a stack walk) would wait for ever.
+__attribute__((noinline)) static void child_allocates(void) {
+  void* p = malloc(100);
+  __asm__ volatile("" : : "r"(p) : "memory");
+  free(p);
+}
+
+// 300 forks while another thread walks stacks; a child that has not exited 5 s after its fork is
+// killed and counted. Prints "forks N hung M".
+static void fork_test(void) {
+  unsigned long t;
+  pthread_create(&t, 0, churn_sites, 0);
+  int reaped = 0, hung = 0;
+  for (int i = 0; i < 300; i++) {
+    int pid = fork();
+    if (pid == 0) {
+      child_allocates();
+      _exit(0);
+    }
+    int status = 0, done = 0;
+    for (int waited = 0; pid > 0 && waited < 5000 && !done; waited++) {
+      done = waitpid(pid, &status, 1 /* WNOHANG */) == pid;
+      if (!done) usleep(1000);
+    }
+    if (done) {
+      reaped++;
+    } else if (pid > 0) {
+      kill(pid, 9);
+      waitpid(pid, &status, 0);
+      hung++;
+    }
+  }
+  __atomic_store_n(&stop_churn, 1, __ATOMIC_RELAXED);
+  pthread_join(t, 0);
+  dprintf(1, "forks %d hung %d\n", reaped, hung);
 }
 
 static void check(const char* what, int ok) {
@@ -91,6 +174,8 @@ int main(int argc, char** argv, char** envp) {
     overflow_here();
     check("leaked malloc(1234)", leak_here(1234) != 0);
   }
+
+  if (argc > 1 && strcmp(argv[1], "fork") == 0) fork_test();
 
   dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
   exit(failures == 0 ? 0 : 1);
