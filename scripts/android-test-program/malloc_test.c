@@ -43,35 +43,13 @@ __attribute__((noinline)) void overflow_here(void) {
   free(p);
 }
 
-// 8192 distinct call sites of malloc: twice as many return addresses as the unwinder's rule
-// cache has slots, so a thread cycling through them keeps missing the cache, and each miss walks
-// the loaded modules under the dynamic loader's lock (bionic's dl_iterate_phdr).
-#define SITE(n) case (n): p = malloc(16 + ((n) & 63)); break;
-#define SITES2(n) SITE(n) SITE((n) + 1)
-#define SITES4(n) SITES2(n) SITES2((n) + 2)
-#define SITES8(n) SITES4(n) SITES4((n) + 4)
-#define SITES16(n) SITES8(n) SITES8((n) + 8)
-#define SITES32(n) SITES16(n) SITES16((n) + 16)
-#define SITES64(n) SITES32(n) SITES32((n) + 32)
-#define SITES128(n) SITES64(n) SITES64((n) + 64)
-#define SITES256(n) SITES128(n) SITES128((n) + 128)
-#define SITES512(n) SITES256(n) SITES256((n) + 256)
-#define SITES1024(n) SITES512(n) SITES512((n) + 512)
-#define SITES2048(n) SITES1024(n) SITES1024((n) + 1024)
-#define SITES4096(n) SITES2048(n) SITES2048((n) + 2048)
-#define SITES8192(n) SITES4096(n) SITES4096((n) + 4096)
-
-__attribute__((noinline)) static void* alloc_at_site(unsigned i) {
-  void* p = 0;
-  switch (i & 8191) { SITES8192(0) }
-  return p;
-}
+#include "../../tests/programs/call_sites.h"
 
 static int stop_churn;
 
 static void* churn_sites(void* arg) {
   (void)arg;
-  for (unsigned i = 0; !__atomic_load_n(&stop_churn, __ATOMIC_RELAXED); i += 4099) {
+  for (unsigned i = 0; !__atomic_load_n(&stop_churn, __ATOMIC_RELAXED); i += CALL_SITE_STRIDE) {
     void* p = alloc_at_site(i);
     __asm__ volatile("" : : "r"(p) : "memory");
     free(p);

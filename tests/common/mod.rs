@@ -109,11 +109,22 @@ pub fn compile_c(name: &str, source: impl AsRef<Path>, extra_args: &[&str]) -> P
     let contents = fs::read(&source)
         .unwrap_or_else(|e| panic!("cannot read test program {}: {e}", source.display()));
     let header = fs::read(include_dir().join("malloc_debug.h")).unwrap_or_default();
-    // The drivers' shared loader header is part of what they are built from.
-    let bionic_h = fs::read(manifest_dir().join("tests/abi/bionic.h")).unwrap_or_default();
+    // The shared headers of the drivers and programs are part of what they are built from.
+    let shared_headers: Vec<Vec<u8>> = ["tests/abi/bionic.h", "tests/programs/call_sites.h"]
+        .iter()
+        .map(|h| fs::read(manifest_dir().join(h)).unwrap_or_default())
+        .collect();
 
     let mut hasher = DefaultHasher::new();
-    (name, &contents, &header, &bionic_h, extra_args, &compiler).hash(&mut hasher);
+    (
+        name,
+        &contents,
+        &header,
+        &shared_headers,
+        extra_args,
+        &compiler,
+    )
+        .hash(&mut hasher);
     let dir = lib_dir()
         .join("test-programs")
         .join(format!("{:016x}", hasher.finish()));

@@ -50,33 +50,11 @@ static void* churn(void* arg) {
   return NULL;
 }
 
-// 8192 distinct call sites of malloc: twice as many return addresses as the unwinder's rule
-// cache has slots, so a thread that cycles through them keeps missing the cache, and each miss
-// walks the loaded modules under the dynamic loader's lock. (-O0: no call site is merged.)
-#define SITE(n) case (n): p = malloc(16 + ((n) & 63)); break;
-#define SITES2(n) SITE(n) SITE((n) + 1)
-#define SITES4(n) SITES2(n) SITES2((n) + 2)
-#define SITES8(n) SITES4(n) SITES4((n) + 4)
-#define SITES16(n) SITES8(n) SITES8((n) + 8)
-#define SITES32(n) SITES16(n) SITES16((n) + 16)
-#define SITES64(n) SITES32(n) SITES32((n) + 32)
-#define SITES128(n) SITES64(n) SITES64((n) + 64)
-#define SITES256(n) SITES128(n) SITES128((n) + 128)
-#define SITES512(n) SITES256(n) SITES256((n) + 256)
-#define SITES1024(n) SITES512(n) SITES512((n) + 512)
-#define SITES2048(n) SITES1024(n) SITES1024((n) + 1024)
-#define SITES4096(n) SITES2048(n) SITES2048((n) + 2048)
-#define SITES8192(n) SITES4096(n) SITES4096((n) + 4096)
-
-__attribute__((noinline)) static void* alloc_at_site(unsigned i) {
-  void* p = NULL;
-  switch (i & 8191) { SITES8192(0) }
-  return p;
-}
+#include "call_sites.h"
 
 static void* churn_sites(void* arg) {
   (void)arg;
-  for (unsigned i = 0; !atomic_load(&stop); i += 4099) {  // odd stride: every site in turn
+  for (unsigned i = 0; !atomic_load(&stop); i += CALL_SITE_STRIDE) {  // odd stride: every site in turn
     void* p = alloc_at_site(i);
     KEEP(p);
     free(p);
