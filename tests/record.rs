@@ -56,6 +56,17 @@ fn without_times(line: &str, fields: usize) -> String {
     g.join(" ")
 }
 
+/// A scratch directory, its record file and options that write it on the signal and at exit.
+fn recording_on_exit(name: &str) -> (PathBuf, PathBuf, String) {
+    let dir = scratch_dir(name);
+    let file = dir.join("rec.txt");
+    let options = format!(
+        "record_allocs record_allocs_file={} record_allocs_on_exit",
+        file.display()
+    );
+    (dir, file, options)
+}
+
 fn normalise(text: &str, pid: u32) -> Vec<String> {
     text.lines()
         .map(|l| {
@@ -77,12 +88,7 @@ fn normalise(text: &str, pid: u32) -> Vec<String> {
 
 #[test]
 fn every_call_type_signal_write_and_exit_write() {
-    let dir = scratch_dir("record-all");
-    let file = dir.join("rec.txt");
-    let options = format!(
-        "record_allocs record_allocs_file={} record_allocs_on_exit",
-        file.display()
-    );
+    let (dir, file, options) = recording_on_exit("record-all");
     let (pid, out) = run(&options, &["signal"]);
     assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
     let first = std::fs::read_to_string(&file).expect("file written on the signal");
@@ -212,12 +218,7 @@ fn allocator_stats_on_signal_and_at_exit() {
 
 #[test]
 fn a_fork_child_reads_its_own_page_table() {
-    let dir = scratch_dir("record-fork");
-    let file = dir.join("rec.txt");
-    let options = format!(
-        "record_allocs record_allocs_file={} record_allocs_on_exit",
-        file.display()
-    );
+    let (dir, _, options) = recording_on_exit("record-fork");
     let (_, out) = run(&options, &["fork"]);
     let child: u32 = stderr_of(&out)
         .lines()
@@ -243,12 +244,7 @@ fn a_fork_child_reads_its_own_page_table() {
 
 #[test]
 fn calls_made_during_a_signal_write_wait_and_are_recorded() {
-    let dir = scratch_dir("record-threads");
-    let file = dir.join("rec.txt");
-    let options = format!(
-        "record_allocs record_allocs_file={} record_allocs_on_exit",
-        file.display()
-    );
+    let (dir, file, options) = recording_on_exit("record-threads");
     let (pid, out) = run(&options, &["threads"]);
     assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
     let on_signal = std::fs::read_to_string(&file).expect("file written on the signal");
