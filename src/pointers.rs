@@ -37,19 +37,18 @@ fn mangle(pointer: usize) -> usize {
     pointer ^ usize::MAX
 }
 
+/// Fibonacci hashing: one multiplication, whose high bits depend on every bit of the pointer.
+/// The top `SHARD_BITS` pick the shard, the bits below them the home slot in the shard. Cheap
+/// enough that backward-shift deletion can rehash every member of a probe run it walks.
 fn hash(pointer: usize) -> u64 {
-    // Allocations are at least 8-aligned; mix the rest (a 64-bit finaliser in the style of
-    // MurmurHash3's fmix64).
-    let mut x = (pointer >> 3) as u64;
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x
+    (pointer as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 struct Shard {
     slots: Option<NonNull<Slot>>,
     capacity: usize,
+    /// 64 − log2(capacity): shifts a hash (shard bits removed) down to a slot index.
+    index_shift: u32,
     len: usize,
 }
 
@@ -61,6 +60,7 @@ impl Shard {
         Shard {
             slots: None,
             capacity: 0,
+            index_shift: 64,
             len: 0,
         }
     }
@@ -81,13 +81,17 @@ impl Shard {
         }
     }
 
+    fn home(&self, h: u64) -> usize {
+        ((h << SHARD_BITS) >> self.index_shift) as usize
+    }
+
     fn find(&self, key: usize, h: u64) -> Option<usize> {
         if self.capacity == 0 {
             return None;
         }
         let mask = self.capacity - 1;
         let slots = self.slots();
-        let mut i = (h >> SHARD_BITS) as usize & mask;
+        let mut i = self.home(h);
         loop {
             match slots[i].key {
                 EMPTY => return None,
@@ -103,7 +107,7 @@ impl Shard {
             return false;
         }
         let mask = self.capacity - 1;
-        let mut i = (h >> SHARD_BITS) as usize & mask;
+        let mut i = self.home(h);
         let slots = self.slots_mut();
         loop {
             if slots[i].key == EMPTY {
@@ -122,6 +126,7 @@ impl Shard {
     fn remove(&mut self, key: usize, h: u64) -> Option<Info> {
         let mut hole = self.find(key, h)?;
         let mask = self.capacity - 1;
+        let shift = self.index_shift;
         let slots = self.slots_mut();
         let info = slots[hole].info;
         // Backward-shift deletion: pull later members of the probe run into the hole so that
@@ -133,7 +138,7 @@ impl Shard {
             if k == EMPTY {
                 break;
             }
-            let home = (hash(mangle(k)) >> SHARD_BITS) as usize & mask;
+            let home = ((hash(mangle(k)) << SHARD_BITS) >> shift) as usize;
             // Move slot i into the hole if its home is not in (hole, i] cyclically.
             let dist_home = i.wrapping_sub(home) & mask;
             let dist_hole = i.wrapping_sub(hole) & mask;
@@ -163,6 +168,7 @@ impl Shard {
         let old_capacity = self.capacity;
         self.slots = Some(mem.cast());
         self.capacity = new_capacity;
+        self.index_shift = 64 - new_capacity.trailing_zeros();
         self.len = 0;
         if let Some(old) = old_slots {
             // SAFETY: the old table had `old_capacity` slots and is no longer referenced.
@@ -192,7 +198,7 @@ impl PointerTable {
     }
 
     fn shard(&self, h: u64) -> &Mutex<Shard> {
-        &self.shards[(h as usize) & (SHARDS - 1)].0
+        &self.shards[(h >> (64 - SHARD_BITS)) as usize].0
     }
 
     /// Records a live allocation (replacing an existing record of the same pointer). Returns
@@ -336,6 +342,41 @@ mod tests {
         let mut expected: Vec<_> = model.into_iter().collect();
         expected.sort_by_key(|e| e.0);
         assert_eq!(seen, expected);
+    }
+
+    /// Heap addresses come in strides (16-byte chunks, 4 KiB pages, 64 KiB mmaps): every
+    /// stride must spread over all shards and keep probe runs short.
+    #[test]
+    fn strided_pointers_spread_over_shards_and_slots() {
+        for stride in [16usize, 48, 4096, 65536] {
+            let t = Box::new(PointerTable::new());
+            let n = 64 * 1024;
+            for i in 0..n {
+                t.add(0x5555_0000_0000 + i * stride, info(1));
+            }
+            let all = t.lock_all();
+            let per_shard: Vec<usize> = all.guards.iter().map(|g| g.len).collect();
+            let max = *per_shard.iter().max().unwrap();
+            assert!(
+                max <= 2 * n / SHARDS,
+                "stride {stride}: shard sizes {per_shard:?}"
+            );
+            // Longest run of occupied slots in any shard.
+            let longest = all
+                .guards
+                .iter()
+                .map(|g| {
+                    let (mut best, mut run) = (0, 0);
+                    for s in g.slots() {
+                        run = if s.key == EMPTY { 0 } else { run + 1 };
+                        best = best.max(run);
+                    }
+                    best
+                })
+                .max()
+                .unwrap();
+            assert!(longest < 64, "stride {stride}: probe run of {longest}");
+        }
     }
 
     #[test]
