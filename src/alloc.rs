@@ -497,11 +497,12 @@ impl Untracked {
         }
     }
 
-    /// The block stays, resized in place: recorded afresh (a new allocation backtrace).
-    fn retrack(self, state: &State, size: usize) {
+    /// The block lives on at `pointer` (itself, resized in place, or where the native realloc
+    /// moved it): recorded afresh, with a new allocation backtrace.
+    fn retrack_at(self, state: &State, pointer: usize, size: usize) {
         if let Some(info) = self.record {
             tracking::release_backtrace(info.backtrace_id);
-            tracking::track(state, self.pointer, size);
+            tracking::track(state, pointer, size);
         }
     }
 
@@ -519,7 +520,7 @@ fn realloc_header(state: &State, old_block: Untracked, bytes: usize, real: usize
     let h = header(state, old);
     if real == h.size {
         // Same size: nothing moves; re-recording refreshes the allocation backtrace.
-        old_block.retrack(state, real);
+        old_block.retrack_at(state, old, real);
         return old as *mut c_void;
     }
     if real < h.usable_size {
@@ -531,7 +532,7 @@ fn realloc_header(state: &State, old_block: Untracked, bytes: usize, real: usize
             unsafe { core::ptr::addr_of_mut!((*hp).usable_size).write_unaligned(real) };
             guard::write_rear(old, real, state.layout.rear_guard_bytes);
         }
-        old_block.retrack(state, real);
+        old_block.retrack_at(state, old, real);
         return old as *mut c_void;
     }
     let new = internal_malloc(state, bytes) as usize;
@@ -552,10 +553,9 @@ fn realloc_header(state: &State, old_block: Untracked, bytes: usize, real: usize
 
 fn realloc_native(state: &State, old_block: Untracked, real: usize) -> *mut c_void {
     let d = state.dispatch;
-    let old = old_block.pointer;
     // The old block left the table before this point: once the native realloc returns, its
     // address may already belong to another thread's new allocation.
-    let old_info = old_block.record;
+    let old = old_block.pointer;
     // Only fill_on_alloc needs the old usable size (a native call on every realloc otherwise).
     let prev = if state.has(bits::FILL_ON_ALLOC) {
         // SAFETY: a verified live native allocation.
@@ -567,15 +567,10 @@ fn realloc_native(state: &State, old_block: Untracked, real: usize) -> *mut c_vo
     let new = unsafe { (d.realloc)(old as *mut c_void, real) } as usize;
     if new == 0 {
         // The old block is still allocated: keep it tracked (the reference loses it here).
-        if let Some(info) = old_info {
-            tracking::POINTERS.add(old, info);
-        }
+        old_block.keep();
         return null_mut();
     }
-    if let Some(info) = old_info {
-        tracking::release_backtrace(info.backtrace_id);
-        tracking::track(state, new, real);
-    }
+    old_block.retrack_at(state, new, real);
     fill_on_alloc(state, new, prev);
     new as *mut c_void
 }

@@ -44,6 +44,12 @@ fn hash(pointer: usize) -> u64 {
     (pointer as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
+/// The home slot of hash `h` in a shard whose capacity is 2^(64 − `index_shift`): the hash bits
+/// just below the shard bits. (A free function: `remove` uses it while it holds the slots.)
+fn home_slot(h: u64, index_shift: u32) -> usize {
+    ((h << SHARD_BITS) >> index_shift) as usize
+}
+
 struct Shard {
     slots: Option<NonNull<Slot>>,
     capacity: usize,
@@ -82,7 +88,7 @@ impl Shard {
     }
 
     fn home(&self, h: u64) -> usize {
-        ((h << SHARD_BITS) >> self.index_shift) as usize
+        home_slot(h, self.index_shift)
     }
 
     fn find(&self, key: usize, h: u64) -> Option<usize> {
@@ -138,7 +144,7 @@ impl Shard {
             if k == EMPTY {
                 break;
             }
-            let home = ((hash(mangle(k)) << SHARD_BITS) >> shift) as usize;
+            let home = home_slot(hash(mangle(k)), shift);
             // Move slot i into the hole if its home is not in (hole, i] cyclically.
             let dist_home = i.wrapping_sub(home) & mask;
             let dist_hole = i.wrapping_sub(hole) & mask;

@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use std::path::PathBuf;
+use std::process::Output;
 
 fn program() -> PathBuf {
     compile_c("record", "tests/programs/record.c", &["-O0", "-pthread"])
@@ -56,6 +57,15 @@ fn without_times(line: &str, fields: usize) -> String {
     g.join(" ")
 }
 
+/// The rest of the program's stderr line that starts with `prefix` (the values the test
+/// programs print for the tests to compare with).
+fn stderr_line(out: &Output, prefix: &str) -> String {
+    stderr_of(out)
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix).map(str::to_string))
+        .unwrap_or_else(|| panic!("no stderr line starting with {prefix:?}"))
+}
+
 /// A scratch directory, its record file and options that write it on the signal and at exit.
 fn recording_on_exit(name: &str) -> (PathBuf, PathBuf, String) {
     let dir = scratch_dir(name);
@@ -93,13 +103,8 @@ fn every_call_type_signal_write_and_exit_write() {
     assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
     let first = std::fs::read_to_string(&file).expect("file written on the signal");
     // memalign's and posix_memalign's usable sizes, as the program saw them.
-    let usable: Vec<String> = stderr_of(&out)
-        .lines()
-        .find_map(|l| l.strip_prefix("usable "))
-        .expect("usable line")
-        .split(' ')
-        .map(str::to_string)
-        .collect();
+    let usable_line = stderr_line(&out, "usable ");
+    let usable: Vec<&str> = usable_line.split(' ').collect();
     assert_eq!(
         normalise(&first, pid),
         [
@@ -220,11 +225,10 @@ fn allocator_stats_on_signal_and_at_exit() {
 fn a_fork_child_reads_its_own_page_table() {
     let (dir, _, options) = recording_on_exit("record-fork");
     let (_, out) = run(&options, &["fork"]);
-    let child: u32 = stderr_of(&out)
-        .lines()
-        .find_map(|l| l.strip_prefix("child "))
-        .and_then(|p| p.trim().parse().ok())
-        .expect("child line");
+    let child: u32 = stderr_line(&out, "child ")
+        .trim()
+        .parse()
+        .expect("child pid");
     let text = std::fs::read_to_string(dir.join(format!("rec.txt.{child}"))).expect("child's file");
     let lines: Vec<&str> = text.lines().collect();
     // The child's malloc of 1 MiB, then its free with every byte present (the block was written
