@@ -3,7 +3,7 @@
 
 use crate::config::{FILL_ALLOC_BYTE, FILL_FREE_BYTE, MIN_ALIGN, bits};
 use crate::entry::Entered;
-use crate::free_track::{self, FREE_QUEUE};
+use crate::free_track::{self, FREE_QUEUE, Pushed};
 use crate::guard;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG, Header};
 use crate::platform::{errno, set_errno};
@@ -369,25 +369,28 @@ fn free_untracked(state: &State, pointer: usize) {
         );
     }
     if state.has(bits::FREE_TRACK) {
-        let frames = state.config.free_track_backtrace_num_frames;
-        let backtrace_id = if frames > 0 {
-            tracking::capture_interned(state, bytes, frames)
-        } else {
-            0
-        };
-        match FREE_QUEUE.push(pointer, backtrace_id) {
-            Some(evicted) => free_track::retire(state, evicted),
-            None if FREE_QUEUE.is_mapped() => {}
-            // No queue memory (mapping failed at start-up): free at once.
-            None => {
-                tracking::release_backtrace(backtrace_id);
-                // SAFETY: the block's native start, freed once.
-                unsafe { (d.free)(orig as *mut c_void) };
-            }
-        }
+        queue_freed(state, pointer, orig, bytes);
     } else {
         // SAFETY: the block's native start, freed once.
         unsafe { (d.free)(orig as *mut c_void) };
+    }
+}
+
+/// free_track: the block (already filled) joins the queue with its free-time backtrace, and
+/// the oldest queued block leaves when the queue is full. Out of line, as `capture_interned`.
+#[inline(never)]
+fn queue_freed(state: &State, pointer: usize, orig: usize, bytes: usize) {
+    let mut trace = tracking::FrameBuffer::new();
+    let frames = state.config.free_track_backtrace_num_frames;
+    if frames > 0 {
+        trace.capture(state, bytes, frames);
+    }
+    let filled = bytes.min(state.config.fill_on_free_bytes);
+    match FREE_QUEUE.push(pointer, filled, &mut trace) {
+        Pushed::Evicted(evicted) => free_track::retire(state, evicted, trace.frames()),
+        Pushed::Queued => {}
+        // SAFETY: the block's native start, freed once.
+        Pushed::Unmapped => unsafe { (state.dispatch.free)(orig as *mut c_void) },
     }
 }
 

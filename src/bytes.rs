@@ -1,6 +1,6 @@
 //! Checking that memory still holds a fill pattern, on every free (guards) and every free_track
-//! eviction. Most checks pass, so the common case is compared a word at a time, leaving early
-//! at most once per 64-byte block; the slow byte-by-byte walk is left to the reports.
+//! eviction. Most checks pass, so the common case is compared a 64-byte block at a time,
+//! leaving early at most once per block; the slow byte-by-byte walk is left to the reports.
 
 const BLOCK: usize = 64;
 const WORD: usize = core::mem::size_of::<u64>();
@@ -9,15 +9,18 @@ const WORD: usize = core::mem::size_of::<u64>();
 #[inline]
 pub fn all_equal(bytes: &[u8], value: u8) -> bool {
     let pattern = u64::from_ne_bytes([value; WORD]);
-    let mut words = bytes.chunks_exact(WORD);
-    let mut diff = 0;
-    for (i, w) in (&mut words).enumerate() {
-        diff |= u64::from_ne_bytes(w.try_into().unwrap_or_default()) ^ pattern;
-        // Leave early only once per block, so the loop body stays branch-light.
-        if i % (BLOCK / WORD) == BLOCK / WORD - 1 && diff != 0 {
+    let differs = |word: &[u8]| u64::from_ne_bytes(word.try_into().unwrap_or_default()) ^ pattern;
+    let mut blocks = bytes.chunks_exact(BLOCK);
+    for block in &mut blocks {
+        // A fixed-size body without exits: the compiler turns it into a few vector
+        // instructions (16 bytes at a time on x86-64's baseline SSE2, NEON on arm64).
+        let diff = block.chunks_exact(WORD).fold(0, |d, w| d | differs(w));
+        if diff != 0 {
             return false;
         }
     }
+    let mut words = blocks.remainder().chunks_exact(WORD);
+    let diff = (&mut words).fold(0, |d, w| d | differs(w));
     diff == 0 && words.remainder().iter().all(|&b| b == value)
 }
 

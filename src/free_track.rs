@@ -8,7 +8,7 @@ use crate::log::log_error;
 use crate::mutex::Mutex;
 use crate::pages;
 use crate::state::State;
-use crate::tracking;
+use crate::tracking::FrameBuffer;
 use core::ptr::NonNull;
 
 /// Freed blocks compared in chunks of this size; each damaged chunk yields one report (the
@@ -19,8 +19,11 @@ const COMPARE_CHUNK: usize = 512 * 1024;
 pub struct Freed {
     /// The user pointer, mangled like the live table's keys.
     mangled: usize,
-    /// Interned free-time backtrace, or 0.
-    backtrace_id: u32,
+    /// Bytes filled with 0xef at free: what must still hold 0xef when the block leaves. Kept
+    /// here so that leaving costs no `malloc_usable_size` on cold memory.
+    filled: usize,
+    /// Frames of the free-time backtrace held in the entry's row of the frame area.
+    frame_count: usize,
 }
 
 impl Freed {
@@ -29,8 +32,24 @@ impl Freed {
     }
 }
 
+/// What `push` did with a freed block.
+pub enum Pushed {
+    /// Queued; nothing left the queue.
+    Queued,
+    /// Queued; the oldest entry left and must be retired. Its free-time frames are now in the
+    /// caller's frame buffer.
+    Evicted(Freed),
+    /// No queue memory (mapping failed at start-up): the caller frees the block at once.
+    Unmapped,
+}
+
+/// The ring of queued blocks and, beside it, each entry's free-time frames in a row of
+/// `frames_per_entry` words. Raw frames instead of interned ids: a free then costs a copy of
+/// the frames rather than a hash-table insertion, and leaving the queue costs no release.
 struct Ring {
-    slots: Option<NonNull<Freed>>,
+    entries: Option<NonNull<Freed>>,
+    frames: Option<NonNull<usize>>,
+    frames_per_entry: usize,
     capacity: usize,
     head: usize,
     len: usize,
@@ -40,12 +59,23 @@ struct Ring {
 unsafe impl Send for Ring {}
 
 impl Ring {
-    /// Slot `i` (modulo capacity). Callers check that the ring is mapped first.
-    fn slot(&mut self, i: usize) -> &mut Freed {
-        let base = self.slots.map_or(core::ptr::NonNull::dangling(), |p| p);
-        // SAFETY: the ring is mapped (callers check `slots`) with `capacity` slots, and the
-        // index is reduced modulo capacity.
-        unsafe { &mut *base.as_ptr().add(i % self.capacity) }
+    /// Entry `i` (modulo capacity) and its frame row. Callers check that the ring is mapped.
+    fn slot(&mut self, i: usize) -> (&mut Freed, &mut [usize]) {
+        let i = i % self.capacity;
+        let entries = self.entries.map_or(NonNull::dangling(), |p| p);
+        let frames = self.frames.map_or(NonNull::dangling(), |p| p);
+        // SAFETY: the ring is mapped (callers check `entries`) with `capacity` entries followed
+        // by `capacity` rows of `frames_per_entry` words, and `i < capacity`. The two borrows
+        // are disjoint memory and both end with `&mut self`'s.
+        unsafe {
+            (
+                &mut *entries.as_ptr().add(i),
+                core::slice::from_raw_parts_mut(
+                    frames.as_ptr().add(i * self.frames_per_entry),
+                    self.frames_per_entry,
+                ),
+            )
+        }
     }
 }
 
@@ -59,7 +89,9 @@ impl FreeQueue {
     const fn new() -> Self {
         FreeQueue {
             ring: Mutex::new(Ring {
-                slots: None,
+                entries: None,
+                frames: None,
+                frames_per_entry: 0,
                 capacity: 0,
                 head: 0,
                 len: 0,
@@ -67,66 +99,90 @@ impl FreeQueue {
         }
     }
 
-    /// Maps room for `capacity` entries (at most 16384: 256 KiB on LP64).
-    pub fn init(&self, capacity: usize) -> bool {
-        let Some(mem) = pages::map(capacity.max(1) * size_of::<Freed>()) else {
+    /// Maps room for `capacity` entries (at most 16384) with up to `frames_per_entry` (at most
+    /// 256) free-time frames each: 16384 × 256 frames is 32 MiB of address space, of which only
+    /// the rows in use are ever touched.
+    pub fn init(&self, capacity: usize, frames_per_entry: usize) -> bool {
+        let capacity = capacity.max(1);
+        let entry_bytes = capacity * size_of::<Freed>();
+        let Some(mem) = pages::map(entry_bytes + capacity * frames_per_entry * size_of::<usize>())
+        else {
             return false;
         };
         let mut ring = self.ring.lock();
-        ring.slots = Some(mem.cast());
-        ring.capacity = capacity.max(1);
+        ring.entries = Some(mem.cast());
+        // SAFETY: the frame rows start right after the entries, inside the mapping; Freed's
+        // size is a multiple of usize's alignment.
+        ring.frames = Some(unsafe { mem.add(entry_bytes) }.cast());
+        ring.frames_per_entry = frames_per_entry;
+        ring.capacity = capacity;
         true
     }
 
-    pub fn is_mapped(&self) -> bool {
-        self.ring.lock().slots.is_some()
-    }
-
-    /// Appends a freed block; returns the oldest entry when the queue was full.
-    pub fn push(&self, pointer: usize, backtrace_id: u32) -> Option<Freed> {
-        let entry = Freed {
-            mangled: pointer ^ usize::MAX,
-            backtrace_id,
-        };
+    /// Appends a freed block whose first `filled` bytes hold 0xef and whose free-time frames
+    /// are in `trace`. When the queue was full the oldest entry leaves, and its frames take
+    /// the new ones' place in `trace`.
+    pub fn push(&self, pointer: usize, filled: usize, trace: &mut FrameBuffer) -> Pushed {
         let mut ring = self.ring.lock();
-        ring.slots?;
+        if ring.entries.is_none() {
+            return Pushed::Unmapped;
+        }
         let evicted = if ring.len == ring.capacity {
             let head = ring.head;
-            let old = *ring.slot(head);
             ring.head = (head + 1) % ring.capacity;
             ring.len -= 1;
-            Some(old)
+            Some(*ring.slot(head).0)
         } else {
             None
         };
         let tail = ring.head + ring.len;
-        *ring.slot(tail) = entry;
+        let (entry, frames) = ring.slot(tail);
+        let frame_count = trace.frames().len().min(frames.len());
+        // When full, the tail is the evicted entry's slot: its frames come out as ours go in.
+        trace.swap_with(frames, evicted.map_or(0, |e| e.frame_count));
+        *entry = Freed {
+            mangled: pointer ^ usize::MAX,
+            filled,
+            frame_count,
+        };
         ring.len += 1;
-        evicted
+        match evicted {
+            Some(e) => Pushed::Evicted(e),
+            None => Pushed::Queued,
+        }
     }
 
-    /// The free-time backtrace recorded for a queued pointer, if any.
-    pub fn free_backtrace_of(&self, pointer: usize) -> Option<u32> {
+    /// Copies the free-time frames recorded for a queued pointer into `out`; false when the
+    /// pointer is not queued.
+    pub fn free_backtrace_of(&self, pointer: usize, out: &mut FrameBuffer) -> bool {
         let mut ring = self.ring.lock();
-        ring.slots?;
+        if ring.entries.is_none() {
+            return false;
+        }
         let mangled = pointer ^ usize::MAX;
         let (head, len) = (ring.head, ring.len);
-        (0..len)
-            .map(|i| *ring.slot(head + i))
-            .find(|e| e.mangled == mangled)
-            .map(|e| e.backtrace_id)
-            .filter(|&id| id > tracking::BT_EMPTY)
+        for i in 0..len {
+            let (entry, frames) = ring.slot(head + i);
+            if entry.mangled == mangled {
+                let count = entry.frame_count;
+                out.copy_from(&frames[..count]);
+                return true;
+            }
+        }
+        false
     }
 
-    /// Calls `f` on every queued entry in queue order (at exit; the queue stays locked).
-    pub fn for_each(&self, mut f: impl FnMut(Freed)) {
+    /// Calls `f` on every queued entry and its frames, in queue order (at exit; the queue
+    /// stays locked).
+    pub fn for_each(&self, mut f: impl FnMut(&Freed, &[usize])) {
         let mut ring = self.ring.lock();
-        if ring.slots.is_none() {
+        if ring.entries.is_none() {
             return;
         }
         let (head, len) = (ring.head, ring.len);
         for i in 0..len {
-            f(*ring.slot(head + i));
+            let (entry, frames) = ring.slot(head + i);
+            f(entry, &frames[..entry.frame_count]);
         }
     }
 
@@ -140,29 +196,25 @@ impl FreeQueue {
 }
 
 /// Checks a block that has been in the queue: header tag intact, contents still 0xef.
-/// Returns false when the header itself is damaged (its `orig_pointer` cannot be trusted).
-pub fn verify(state: &State, entry: &Freed) -> bool {
+/// `frames` is its free-time backtrace. Returns false when the header itself is damaged (its
+/// `orig_pointer` cannot be trusted).
+pub fn verify(state: &State, entry: &Freed, frames: &[usize]) -> bool {
     let pointer = entry.pointer();
-    let usable = if state.layout.header {
+    if state.layout.header {
         // SAFETY: the block is still allocated from the native allocator (we hold it in the
         // queue), so its header is readable.
-        let header = unsafe { core::ptr::read(state.layout.header_of(pointer)) };
-        let tag = header.tag;
+        let tag =
+            unsafe { core::ptr::addr_of!((*state.layout.header_of(pointer)).tag).read_unaligned() };
         if tag != DEBUG_FREE_TAG {
             report_corrupted_tag(state, pointer, tag);
             return false;
         }
-        header.usable_size
-    } else {
-        // SAFETY: as above, a native allocation we still own.
-        unsafe { (state.dispatch.malloc_usable_size)(pointer as *const _) }
-    };
-    let checked = usable.min(state.config.fill_on_free_bytes);
-    // SAFETY: [pointer, pointer+checked) lies inside the block's usable size.
-    let bytes = unsafe { core::slice::from_raw_parts(pointer as *const u8, checked) };
+    }
+    // SAFETY: [pointer, pointer + filled) lies inside the block, which we still own.
+    let bytes = unsafe { core::slice::from_raw_parts(pointer as *const u8, entry.filled) };
     for chunk in bytes.chunks(COMPARE_CHUNK) {
         if !crate::bytes::all_equal(chunk, FILL_FREE_BYTE) {
-            report_used_after_free(state, entry, bytes);
+            report_used_after_free(state, entry, bytes, frames);
         }
     }
     true
@@ -185,7 +237,7 @@ fn report_corrupted_tag(state: &State, pointer: usize, tag: u32) {
 
 #[cold]
 #[inline(never)]
-fn report_used_after_free(state: &State, entry: &Freed, bytes: &[u8]) {
+fn report_used_after_free(state: &State, entry: &Freed, bytes: &[u8], frames: &[usize]) {
     let _foreign = crate::sync::DisabledScope::enter();
     failure::divider();
     log_error!("+++ ALLOCATION 0x{:x} USED AFTER FREE", entry.pointer());
@@ -201,18 +253,16 @@ fn report_used_after_free(state: &State, entry: &Freed, bytes: &[u8]) {
             FILL_FREE_BYTE
         );
     }
-    if entry.backtrace_id > tracking::BT_EMPTY {
+    if !frames.is_empty() {
         log_error!("Backtrace at time of free:");
-        failure::log_interned_backtrace(state, entry.backtrace_id);
+        failure::log_backtrace_or_failure(state, frames);
     }
     failure::end_report(state);
 }
 
 /// Verifies an evicted entry and gives its memory back to the native allocator.
-pub fn retire(state: &State, entry: Freed) {
-    let intact = verify(state, &entry);
-    tracking::release_backtrace(entry.backtrace_id);
-    if !intact {
+pub fn retire(state: &State, entry: Freed, frames: &[usize]) {
+    if !verify(state, &entry, frames) {
         // A damaged header's orig_pointer is garbage: leaking the block is the safe choice.
         return;
     }
@@ -229,7 +279,64 @@ pub fn retire(state: &State, entry: Freed) {
 
 /// At exit: every queued block is checked, in queue order; nothing is released.
 pub fn verify_all(state: &State) {
-    FREE_QUEUE.for_each(|entry| {
-        verify(state, &entry);
+    FREE_QUEUE.for_each(|entry, frames| {
+        verify(state, entry, frames);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace(frames: &[usize]) -> FrameBuffer {
+        let mut t = FrameBuffer::new();
+        t.copy_from(frames);
+        t
+    }
+
+    #[test]
+    fn evicted_entries_bring_their_own_frames_back() {
+        let queue = FreeQueue::new();
+        assert!(queue.init(2, 4));
+        let mut t = trace(&[1, 2, 3, 4]);
+        assert!(matches!(queue.push(0x1000, 10, &mut t), Pushed::Queued));
+        let mut t = trace(&[5, 6]);
+        assert!(matches!(queue.push(0x2000, 20, &mut t), Pushed::Queued));
+        // Full: the first entry leaves with its four frames; the new one has none.
+        let mut t = trace(&[]);
+        match queue.push(0x3000, 30, &mut t) {
+            Pushed::Evicted(e) => {
+                assert_eq!((e.pointer(), e.filled), (0x1000, 10));
+                assert_eq!(t.frames(), [1, 2, 3, 4]);
+            }
+            _ => panic!("the queue was full"),
+        }
+        // Longer frames than the slot holds are cut to the configured count.
+        let mut t = trace(&[7, 8, 9, 10, 11, 12]);
+        match queue.push(0x4000, 40, &mut t) {
+            Pushed::Evicted(e) => {
+                assert_eq!(e.pointer(), 0x2000);
+                assert_eq!(t.frames(), [5, 6]);
+            }
+            _ => panic!("the queue was full"),
+        }
+        let mut out = FrameBuffer::new();
+        assert!(queue.free_backtrace_of(0x3000, &mut out));
+        assert!(out.frames().is_empty());
+        assert!(queue.free_backtrace_of(0x4000, &mut out));
+        assert_eq!(out.frames(), [7, 8, 9, 10]);
+        assert!(!queue.free_backtrace_of(0x1000, &mut out));
+        let mut seen = Vec::new();
+        queue.for_each(|e, frames| seen.push((e.pointer(), frames.to_vec())));
+        assert_eq!(seen, [(0x3000, vec![]), (0x4000, vec![7, 8, 9, 10])]);
+    }
+
+    #[test]
+    fn an_unmapped_queue_hands_blocks_back() {
+        let queue = FreeQueue::new();
+        assert!(matches!(
+            queue.push(0x1000, 1, &mut trace(&[1])),
+            Pushed::Unmapped
+        ));
+    }
 }

@@ -124,7 +124,11 @@ pub unsafe fn initialize(
     let config = platform::localize_default_paths(config);
     crate::signals::BACKTRACE_ENABLED.store(config.backtrace_enabled, Ordering::SeqCst);
     if !crate::signals::install(&config)
-        || (config.has(bits::FREE_TRACK) && !FREE_QUEUE.init(config.free_track_allocations))
+        || (config.has(bits::FREE_TRACK)
+            && !FREE_QUEUE.init(
+                config.free_track_allocations,
+                config.free_track_backtrace_num_frames,
+            ))
         || !crate::record::init(&config)
     {
         sync::delete_disabled_key();

@@ -60,11 +60,13 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
             function
         ),
     }
+    let mut free_frames = crate::tracking::FrameBuffer::new();
     if state.has(bits::FREE_TRACK)
-        && let Some(id) = FREE_QUEUE.free_backtrace_of(pointer)
+        && FREE_QUEUE.free_backtrace_of(pointer, &mut free_frames)
+        && !free_frames.frames().is_empty()
     {
         log_error!("Backtrace of original free:");
-        failure::log_interned_backtrace(state, id);
+        failure::log_backtrace_or_failure(state, free_frames.frames());
     }
     failure::log_failure_backtrace(state);
     failure::end_report(state);
