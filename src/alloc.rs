@@ -116,7 +116,8 @@ fn fill_on_alloc(state: &State, pointer: usize, from: usize) {
 // malloc / calloc / memalign
 
 /// The internal malloc shared by malloc and realloc (spec §2.4 step 2).
-fn internal_malloc(state: &State, size: usize) -> *mut c_void {
+fn internal_malloc(cx: &Entered, size: usize) -> *mut c_void {
+    let state = cx.state;
     crate::deferred::on_internal_malloc_or_free(state);
     let size = size.max(1);
     let Some(real) = size.checked_add(state.layout.extra_bytes) else {
@@ -145,7 +146,7 @@ fn internal_malloc(state: &State, size: usize) -> *mut c_void {
         p
     };
     if tracking_on(state) {
-        tracking::track(state, pointer, size);
+        tracking::track(state, &cx.origin, pointer, size);
     }
     fill_on_alloc(state, pointer, 0);
     pointer as *mut c_void
@@ -184,7 +185,7 @@ fn allocation(kind: record::Kind, ptr: usize, size: usize, u: usize) -> record::
 pub fn malloc(cx: &Entered, size: usize) -> *mut c_void {
     recorded(
         cx.state,
-        || internal_malloc(cx.state, size),
+        || internal_malloc(cx, size),
         // A failed malloc is recorded too, without timestamps.
         |p| {
             Some(record::Done {
@@ -239,7 +240,7 @@ fn calloc_unrecorded(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
         p
     };
     if tracking_on(state) {
-        tracking::track(state, pointer, total);
+        tracking::track(state, &cx.origin, pointer, total);
     }
     pointer as *mut c_void
 }
@@ -292,7 +293,7 @@ fn memalign_unrecorded(cx: &Entered, alignment: usize, bytes: usize) -> *mut c_v
         p
     };
     if tracking_on(state) {
-        tracking::track(state, pointer, bytes);
+        tracking::track(state, &cx.origin, pointer, bytes);
     }
     fill_on_alloc(state, pointer, 0);
     pointer as *mut c_void
@@ -337,7 +338,8 @@ pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, siz
 
 /// The internal free shared by free and realloc (spec §2.8 step 4), for a block already out of
 /// the live table.
-fn free_untracked(state: &State, pointer: usize) {
+fn free_untracked(cx: &Entered, pointer: usize) {
+    let state = cx.state;
     crate::deferred::on_internal_malloc_or_free(state);
     let d = state.dispatch;
     // Without a header, the usable size costs a native call: ask only when something needs it.
@@ -369,7 +371,7 @@ fn free_untracked(state: &State, pointer: usize) {
         );
     }
     if state.has(bits::FREE_TRACK) {
-        queue_freed(state, pointer, orig, bytes);
+        queue_freed(cx, pointer, orig, bytes);
     } else {
         // SAFETY: the block's native start, freed once.
         unsafe { (d.free)(orig as *mut c_void) };
@@ -379,11 +381,12 @@ fn free_untracked(state: &State, pointer: usize) {
 /// free_track: the block (already filled) joins the queue with its free-time backtrace, and
 /// the oldest queued block leaves when the queue is full. Out of line, as `capture_interned`.
 #[inline(never)]
-fn queue_freed(state: &State, pointer: usize, orig: usize, bytes: usize) {
+fn queue_freed(cx: &Entered, pointer: usize, orig: usize, bytes: usize) {
+    let state = cx.state;
     let mut trace = tracking::FrameBuffer::new();
     let frames = state.config.free_track_backtrace_num_frames;
     if frames > 0 {
-        trace.capture(state, bytes, frames);
+        trace.capture(state, &cx.origin, bytes, frames);
     }
     let filled = bytes.min(state.config.fill_on_free_bytes);
     match FREE_QUEUE.push(pointer, filled, &mut trace) {
@@ -405,10 +408,10 @@ pub fn free(cx: &Entered, pointer: *mut c_void) {
     }
     // Recorded only once verified, with the block's present bytes from before the free.
     let Some(pending) = record::begin(state) else {
-        return free_untracked(state, pointer);
+        return free_untracked(cx, pointer);
     };
     let present = record::present_bytes(state, pointer);
-    free_untracked(state, pointer);
+    free_untracked(cx, pointer);
     pending.finish(record::Done {
         kind: record::Kind::Free,
         ptr: pointer,
@@ -423,10 +426,10 @@ pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void 
     let state = cx.state;
     let old = pointer as usize;
     let Some(pending) = record::begin(state) else {
-        return realloc_unrecorded(state, old, bytes, &mut -1);
+        return realloc_unrecorded(cx, old, bytes, &mut -1);
     };
     let mut present = -1;
-    let p = realloc_unrecorded(state, old, bytes, &mut present) as usize;
+    let p = realloc_unrecorded(cx, old, bytes, &mut present) as usize;
     // Header-mode realloc in place is not recorded (spec §7.2), nor is a failure.
     let in_place = state.layout.header && old != 0 && p == old;
     if (p == 0 && bytes != 0) || in_place || (bytes == 0 && present == -2) {
@@ -446,10 +449,11 @@ pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void 
 
 /// `present`: set to the old block's present bytes once it is verified (left at -1 when not
 /// recording, -2 when recording and the pointer failed verification).
-fn realloc_unrecorded(state: &State, old: usize, bytes: usize, present: &mut i64) -> *mut c_void {
+fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, present: &mut i64) -> *mut c_void {
+    let state = cx.state;
     let recording = state.has(bits::RECORD_ALLOCS);
     if old == 0 {
-        return internal_malloc(state, bytes);
+        return internal_malloc(cx, bytes);
     }
     // From here on the old block is out of the live table (one lookup for the check and the
     // removal); every way out either frees it or tracks it again.
@@ -467,7 +471,7 @@ fn realloc_unrecorded(state: &State, old: usize, bytes: usize, present: &mut i64
         record: old_record,
     };
     if bytes == 0 {
-        old_block.free(state);
+        old_block.free(cx);
         return null_mut();
     }
     let expand = if state.has(bits::EXPAND_ALLOC) {
@@ -480,9 +484,9 @@ fn realloc_unrecorded(state: &State, old: usize, bytes: usize, present: &mut i64
         return fail_nomem();
     };
     if state.layout.header {
-        realloc_header(state, old_block, bytes, real)
+        realloc_header(cx, old_block, bytes, real)
     } else {
-        realloc_native(state, old_block, real)
+        realloc_native(cx, old_block, real)
     }
 }
 
@@ -502,28 +506,29 @@ impl Untracked {
 
     /// The block lives on at `pointer` (itself, resized in place, or where the native realloc
     /// moved it): recorded afresh, with a new allocation backtrace.
-    fn retrack_at(self, state: &State, pointer: usize, size: usize) {
+    fn retrack_at(self, cx: &Entered, pointer: usize, size: usize) {
         if let Some(info) = self.record {
             tracking::release_backtrace(info.backtrace_id);
-            tracking::track(state, pointer, size);
+            tracking::track(cx.state, &cx.origin, pointer, size);
         }
     }
 
     /// The block is freed (moved or realloc to 0).
-    fn free(self, state: &State) {
+    fn free(self, cx: &Entered) {
         if let Some(info) = self.record {
             tracking::release_backtrace(info.backtrace_id);
         }
-        free_untracked(state, self.pointer);
+        free_untracked(cx, self.pointer);
     }
 }
 
-fn realloc_header(state: &State, old_block: Untracked, bytes: usize, real: usize) -> *mut c_void {
+fn realloc_header(cx: &Entered, old_block: Untracked, bytes: usize, real: usize) -> *mut c_void {
+    let state = cx.state;
     let old = old_block.pointer;
     let h = header(state, old);
     if real == h.size {
         // Same size: nothing moves; re-recording refreshes the allocation backtrace.
-        old_block.retrack_at(state, old, real);
+        old_block.retrack_at(cx, old, real);
         return old as *mut c_void;
     }
     if real < h.usable_size {
@@ -535,10 +540,10 @@ fn realloc_header(state: &State, old_block: Untracked, bytes: usize, real: usize
             unsafe { core::ptr::addr_of_mut!((*hp).usable_size).write_unaligned(real) };
             guard::write_rear(old, real, state.layout.rear_guard_bytes);
         }
-        old_block.retrack_at(state, old, real);
+        old_block.retrack_at(cx, old, real);
         return old as *mut c_void;
     }
-    let new = internal_malloc(state, bytes) as usize;
+    let new = internal_malloc(cx, bytes) as usize;
     if new == 0 {
         old_block.keep();
         return fail_nomem();
@@ -549,12 +554,13 @@ fn realloc_header(state: &State, old_block: Untracked, bytes: usize, real: usize
     let copy = prev.min(usable_size(state, new));
     // SAFETY: both ranges are inside live blocks of at least `copy` bytes; distinct blocks.
     unsafe { core::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, copy) };
-    old_block.free(state);
+    old_block.free(cx);
     fill_on_alloc(state, new, prev);
     new as *mut c_void
 }
 
-fn realloc_native(state: &State, old_block: Untracked, real: usize) -> *mut c_void {
+fn realloc_native(cx: &Entered, old_block: Untracked, real: usize) -> *mut c_void {
+    let state = cx.state;
     let d = state.dispatch;
     // The old block left the table before this point: once the native realloc returns, its
     // address may already belong to another thread's new allocation.
@@ -573,7 +579,7 @@ fn realloc_native(state: &State, old_block: Untracked, real: usize) -> *mut c_vo
         old_block.keep();
         return null_mut();
     }
-    old_block.retrack_at(state, new, real);
+    old_block.retrack_at(cx, new, real);
     fill_on_alloc(state, new, prev);
     new as *mut c_void
 }

@@ -1,6 +1,7 @@
 //! Entering the library from an exported function: the re-entrancy check, the gate and the
 //! "debug calls disabled" mark, in the order of abi-and-dumps §6.4.
 
+use crate::backtrace::Origin;
 use crate::state::{self, State};
 use crate::sync::{self, DisabledScope, GateGuard};
 
@@ -8,6 +9,8 @@ use crate::sync::{self, DisabledScope, GateGuard};
 /// thread so that allocations made by the library itself go straight to the native allocator.
 pub struct Entered {
     pub state: &'static State,
+    /// The entry point's registers, where allocation backtraces start.
+    pub origin: Origin,
     _signal: BacktraceSignalBlock,
     _disabled: DisabledScope,
     _gate: GateGuard,
@@ -17,7 +20,7 @@ pub struct Entered {
 /// thread is marked for the whole call, so anything that allocates on the way goes straight to
 /// the native allocator. `None` when the call must go to the native allocator itself: not
 /// initialised, or this thread is already inside the library.
-#[inline]
+#[inline(always)]
 pub fn enter() -> Option<Entered> {
     enter_with(DisabledScope::enter_clear)
 }
@@ -27,7 +30,9 @@ pub fn enter() -> Option<Entered> {
 /// of which comes back into malloc. Whatever may run foreign code on the way (logging, error
 /// reports, the deferred signal work, the unwinder's table lookups) marks the thread itself with
 /// `DisabledScope::enter`. Saves two `pthread_setspecific` calls on every allocation.
-#[inline]
+/// Inlined (always: the snapshot in `Entered::origin` must be of the exported function itself,
+/// whose frame outlives every capture of the call).
+#[inline(always)]
 pub fn enter_allocation() -> Option<Entered> {
     enter_with(DisabledScope::unmarked)
 }
@@ -41,6 +46,7 @@ fn enter_with(mark: fn() -> DisabledScope) -> Option<Entered> {
     let gate = sync::GATE.enter();
     let entered = Entered {
         state,
+        origin: Origin::here(),
         _signal: BacktraceSignalBlock::new(),
         _disabled: mark(),
         _gate: gate,

@@ -1,7 +1,7 @@
 //! Pointer tracking: the live-pointer table, the interned backtraces, and what is captured when
 //! an allocation is recorded (spec §9.1, abi §7.3–§7.4).
 
-use crate::backtrace::{self, BacktraceTable};
+use crate::backtrace::{self, BacktraceTable, Origin};
 use crate::config::bits;
 use crate::pointers::{Info, PointerTable};
 use crate::signals::BACKTRACE_ENABLED;
@@ -25,11 +25,11 @@ pub fn decode_size(stored: u32) -> (usize, bool) {
 
 /// Captures and interns the allocation backtrace if capture is on now. Must run before any of
 /// the library's locks is taken (the unwinder takes the dynamic loader's lock).
-fn allocation_backtrace(state: &State, size: usize) -> u32 {
+fn allocation_backtrace(state: &State, origin: &Origin, size: usize) -> u32 {
     if !state.has(bits::BACKTRACE) || !BACKTRACE_ENABLED.load(Ordering::Relaxed) {
         return BT_OFF;
     }
-    capture_interned(state, size, state.config.backtrace_frames)
+    capture_interned(state, origin, size, state.config.backtrace_frames)
 }
 
 /// Room for one captured stack, left uninitialised: zeroing all MAX_FRAMES slots on every
@@ -62,7 +62,7 @@ impl FrameBuffer {
     /// Captures up to `frames` frames of the current stack, subject to the size filter of
     /// `backtrace_min_size` / `backtrace_max_size`. Leaves the buffer empty when filtered out or
     /// when nothing was found.
-    pub fn capture(&mut self, state: &State, size: usize, frames: usize) {
+    pub fn capture(&mut self, state: &State, origin: &Origin, size: usize, frames: usize) {
         self.len = 0;
         let c = &state.config;
         if state.has(bits::BACKTRACE_SPECIFIC_SIZES)
@@ -77,7 +77,7 @@ impl FrameBuffer {
             core::ptr::write_bytes(self.storage.as_mut_ptr(), 0, frames);
             core::slice::from_raw_parts_mut(self.storage.as_mut_ptr().cast::<usize>(), frames)
         };
-        self.len = backtrace::capture(buf);
+        self.len = backtrace::capture_from(buf, origin);
     }
 
     /// Exchanges the first `slot.len()` frames with `slot`: the buffer's `len` frames go into
@@ -111,9 +111,9 @@ impl FrameBuffer {
 /// `track` would push the table insertion's frames (which hold the new pointer) into stack the
 /// program may later leave dead but unscrubbed, where the unreachable scan finds them.
 #[inline(never)]
-pub fn capture_interned(state: &State, size: usize, frames: usize) -> u32 {
+pub fn capture_interned(state: &State, origin: &Origin, size: usize, frames: usize) -> u32 {
     let mut buffer = FrameBuffer::new();
-    buffer.capture(state, size, frames);
+    buffer.capture(state, origin, size, frames);
     if buffer.frames().is_empty() {
         return BT_EMPTY;
     }
@@ -121,8 +121,8 @@ pub fn capture_interned(state: &State, size: usize, frames: usize) -> u32 {
 }
 
 /// Records a live allocation of `size` bytes at `pointer`.
-pub fn track(state: &State, pointer: usize, size: usize) {
-    let backtrace_id = allocation_backtrace(state, size);
+pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
+    let backtrace_id = allocation_backtrace(state, origin, size);
     let mut stored = size.min(crate::alloc::MAX_SIZE) as u32;
     if state.zygote_child() {
         stored |= ZYGOTE_BIT;
