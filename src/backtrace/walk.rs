@@ -102,12 +102,19 @@ pub fn cached_walk(frames: &mut [usize], mut regs: Regs) -> Walk {
 #[cold]
 #[inline(never)]
 fn slow_lookup(ra: usize, generation: &mut u32) -> Packed {
+    // Two hot return addresses sharing a home slot send one of them here on every walk: the
+    // other probe slots come first, under the generation already known (an unknown one still
+    // matches permanent code), before anything that leaves the library (reading the
+    // generation takes the loader's lock; the mark costs two pthread_setspecific calls).
+    if let Some(e) = CACHE.get(ra, *generation) {
+        return to_pair(e.pack());
+    }
     let _foreign = crate::sync::DisabledScope::enter();
     if *generation == UNKNOWN_GENERATION {
         *generation = cfi::generation();
-    }
-    if let Some(e) = CACHE.get(ra, *generation) {
-        return to_pair(e.pack());
+        if let Some(e) = CACHE.get(ra, *generation) {
+            return to_pair(e.pack());
+        }
     }
     #[cfg(test)]
     MISSES.fetch_add(1, Ordering::Relaxed);
