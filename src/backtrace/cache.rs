@@ -6,7 +6,9 @@
 //! a slot busy simply skip caching. Every slot carries the loader generation it was computed
 //! under (see `cfi::generation`), so a `dlclose` invalidates all entries at once without a sweep.
 
-use super::rule::{Entry, Packed, from_pair, to_pair};
+#[cfg(test)]
+use super::rule::from_pair;
+use super::rule::{Entry, Packed, to_pair};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
 const SLOTS: usize = 4096;
@@ -59,22 +61,30 @@ impl RuleCache {
     }
 
     /// The entry for return address `key` computed under `generation`, if cached.
+    #[cfg(test)]
     pub fn get(&self, key: usize, generation: u32) -> Option<Entry> {
+        self.get_tagged(key, generation)
+            .and_then(|(p, _)| Entry::unpack(from_pair(p)))
+    }
+
+    /// `get` in packed form, with whether the entry holds in every generation (code that is
+    /// never unloaded).
+    pub fn get_tagged(&self, key: usize, generation: u32) -> Option<(Packed, bool)> {
         let h = home(key);
-        let p = (0..PROBES).find_map(|i| self.read(h + i, key, generation))?;
-        Entry::unpack(from_pair(p))
+        (0..PROBES).find_map(|i| self.read(h + i, key, generation))
     }
 
     /// Hot-loop lookup: the home slot only, in registers. Other probes and misses go through
-    /// [`get`](Self::get) / the slow path.
+    /// [`get_tagged`](Self::get_tagged) / the slow path.
     #[inline(always)]
-    pub fn get_home(&self, key: usize, generation: u32) -> Option<Packed> {
+    pub fn get_home(&self, key: usize, generation: u32) -> Option<(Packed, bool)> {
         self.read(home(key), key, generation)
     }
 
-    /// The slot's words if it holds `key` under `generation` and no writer interfered.
+    /// The slot's words if it holds `key` under `generation` and no writer interfered, and
+    /// whether its entry holds in every generation.
     #[inline(always)]
-    fn read(&self, idx: usize, key: usize, generation: u32) -> Option<Packed> {
+    fn read(&self, idx: usize, key: usize, generation: u32) -> Option<(Packed, bool)> {
         let slot = &self.slots[idx & (SLOTS - 1)];
         let s1 = slot.seq.load(Ordering::Acquire);
         let k = slot.key.load(Ordering::Relaxed);
@@ -85,9 +95,9 @@ impl RuleCache {
         );
         fence(Ordering::Acquire);
         let s2 = slot.seq.load(Ordering::Relaxed);
-        let ok =
-            (k == key) & ((g == generation) | (g == ANY_GENERATION)) & (s1 == s2) & (s1 & 1 == 0);
-        ok.then_some(p)
+        let permanent = g == ANY_GENERATION;
+        let ok = (k == key) & ((g == generation) | permanent) & (s1 == s2) & (s1 & 1 == 0);
+        ok.then_some((p, permanent))
     }
 
     /// Caches `entry` for `key`. Takes the first probe slot that is empty, already holds the

@@ -14,6 +14,7 @@ mod cache;
 mod cfi;
 mod format;
 pub(crate) mod maps;
+mod memo;
 mod rule;
 #[cfg(all(target_arch = "aarch64", target_os = "android"))]
 mod stack;

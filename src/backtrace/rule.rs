@@ -106,6 +106,7 @@ impl Entry {
         }
     }
 
+    #[cfg(test)]
     pub fn unpack(w: [u32; 4]) -> Option<Entry> {
         match w[0] & KIND_MASK {
             KIND_END => Some(Entry::End),
@@ -141,6 +142,7 @@ pub fn to_pair(w: [u32; 4]) -> Packed {
     )
 }
 
+#[cfg(test)]
 pub fn from_pair(p: Packed) -> [u32; 4] {
     [
         p.0 as u32,
@@ -148,6 +150,39 @@ pub fn from_pair(p: Packed) -> [u32; 4] {
         p.1 as u32,
         (p.1 >> 32) as u32,
     ]
+}
+
+// What a packed rule reads and writes, for the memos of whole walks (memo.rs).
+
+#[inline(always)]
+pub fn cfa_from_fp(p: Packed) -> bool {
+    p.0 as u32 & CFA_FP != 0
+}
+
+#[inline(always)]
+pub fn zeroes_fp(p: Packed) -> bool {
+    p.0 as u32 & FP_ZERO != 0
+}
+
+#[inline(always)]
+pub fn ra_signed(p: Packed) -> bool {
+    p.0 as u32 & RA_SIGNED != 0
+}
+
+/// Where `step_packed` read the saved frame pointer, if it did, given the registers it produced.
+#[inline(always)]
+pub fn fp_slot(after: &Regs, p: Packed) -> Option<usize> {
+    (p.0 as u32 & FP_AT != 0).then(|| {
+        after
+            .sp
+            .wrapping_add((p.1 >> 32) as u32 as i32 as isize as usize)
+    })
+}
+
+/// Where `step_packed` read the return address, given the registers it produced.
+#[inline(always)]
+pub fn ra_slot(after: &Regs, p: Packed) -> usize {
+    after.sp.wrapping_add(p.1 as u32 as i32 as isize as usize)
 }
 
 /// Largest plausible frame: a CFA further than this above the stack pointer means the rule or

@@ -4,8 +4,10 @@
 use super::cache::CACHE;
 use super::format::Resolver;
 use super::maps::{Maps, PROT_EXEC};
+use super::memo;
 use super::*;
 use core::ffi::c_void;
+use core::sync::atomic::Ordering;
 use std::hint::black_box;
 
 unsafe extern "C" {
@@ -36,6 +38,7 @@ fn level3(clear: bool) -> Shot {
     let mut f = [0usize; 64];
     if clear {
         CACHE.clear();
+        super::memo::MEMOS.clear();
     }
     let n = capture(&mut f);
     let cold = f[..n].to_vec();
@@ -87,6 +90,112 @@ fn warm_cold_and_full_unwinder_agree() {
         assert_eq!(s.cold, shots[0].cold);
         assert_eq!(s.warm, shots[0].warm);
         assert_eq!(s.full, shots[0].full);
+    }
+}
+
+/// Two shapes of recursion that reach the same stack depth through different functions, so
+/// that their captures pass the same stack depths but differ in their frames.
+#[inline(never)]
+fn shape_a(depth: usize, at_bottom: &mut dyn FnMut()) {
+    if depth == 0 {
+        at_bottom();
+    } else {
+        shape_a(black_box(depth - 1), at_bottom);
+    }
+    black_box(());
+}
+
+#[inline(never)]
+fn shape_b(depth: usize, at_bottom: &mut dyn FnMut()) {
+    if depth == 0 {
+        at_bottom();
+    } else {
+        shape_b(black_box(depth - 1), at_bottom);
+    }
+    black_box(());
+}
+
+/// Mixes of shapes: (which, depth, then the other at depth2) so that chains share a prefix.
+fn capture_in_shape(shape: usize, depth: usize, len: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut grab = || {
+        let mut f = [0usize; 64];
+        let n = capture(&mut f[..len]);
+        out = f[..n].to_vec();
+    };
+    match shape % 4 {
+        0 => shape_a(depth, &mut grab),
+        1 => shape_b(depth, &mut grab),
+        2 => shape_a(depth, &mut || shape_b(3, &mut grab)),
+        _ => shape_b(depth, &mut || shape_a(3, &mut grab)),
+    }
+    out
+}
+
+/// Captures in a shape four times from one call site: first with the memos bypassed (the
+/// plain walk), then with them (the first may create the memo, the next ones replay it).
+/// (`OFF` is process-wide: other tests' captures meanwhile merely skip memos.)
+#[inline(never)]
+fn shots(shape: usize, depth: usize, len: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    // Not unrolled (black_box): one call site for all four.
+    for i in 0..black_box(4) {
+        memo::OFF.store(i == 0, Ordering::Relaxed);
+        out.push(capture_in_shape(shape, depth, len));
+    }
+    memo::OFF.store(false, Ordering::Relaxed);
+    out
+}
+
+fn memo_agrees_on(shapes: &[(usize, usize, usize)]) {
+    for &(shape, depth, len) in shapes {
+        let shots = shots(shape, depth, len);
+        for (round, got) in shots.iter().enumerate().skip(1) {
+            assert_eq!(
+                got, &shots[0],
+                "shape {shape} depth {depth} len {len} round {round}"
+            );
+        }
+    }
+}
+
+#[test]
+fn memos_replay_exactly_what_the_walk_finds() {
+    let hits = memo::HITS.load(Ordering::Relaxed);
+    let mut shapes = Vec::new();
+    for depth in [0, 1, 2, 5, 9] {
+        for shape in 0..4 {
+            for len in [1, 3, 16, 40] {
+                shapes.push((shape, depth, len));
+            }
+        }
+    }
+    memo_agrees_on(&shapes);
+    // Same shapes again in another order: memos made with a small buffer are not used for a
+    // larger one, and the ones of other shapes at the same depth are told apart.
+    shapes.reverse();
+    memo_agrees_on(&shapes);
+    assert!(
+        memo::HITS.load(Ordering::Relaxed) > hits + shapes.len(),
+        "memos were used"
+    );
+}
+
+#[test]
+fn memos_under_concurrent_captures_and_rewrites() {
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut shapes = Vec::new();
+                for i in 0..200 {
+                    shapes.push(((i + t) % 4, (i * 7 + t) % 11, [2, 16, 40][i % 3]));
+                }
+                memo_agrees_on(&shapes);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
     }
 }
 
@@ -414,6 +523,7 @@ fn bench_unwind() {
         assert_eq!(capture(&mut f), 16);
         let mut fp = [0usize; 16];
         assert_eq!(fp_walk(&mut fp), 16);
+        memo::OFF.store(true, Ordering::Relaxed);
         let cold = time_ns(2_000, || {
             CACHE.clear();
             black_box(capture(black_box(&mut f)));
@@ -428,6 +538,12 @@ fn bench_unwind() {
         let warm_permanent = time_ns(WARM, || {
             black_box(capture(black_box(&mut f)));
         });
+        memo::OFF.store(false, Ordering::Relaxed);
+        let hits = memo::HITS.load(Ordering::Relaxed);
+        let memo_permanent = time_ns(WARM, || {
+            black_box(capture(black_box(&mut f)));
+        });
+        eprintln!("memo hits {}", memo::HITS.load(Ordering::Relaxed) - hits);
         let full = time_ns(2_000, || {
             black_box(capture_full(black_box(&mut f)));
         });
@@ -454,6 +570,7 @@ fn bench_unwind() {
              cached DWARF, cold (cache cleared) {cold:>9.0}\n  \
              cached DWARF, warm, startup code   {warm_permanent:>9.1}\n  \
              cached DWARF, warm, dlopen'd code  {warm:>9.1}   (of which generation check {generation:.1})\n  \
+             memo hit, startup code             {memo_permanent:>9.1}\n  \
              unwinding crate _Unwind_Backtrace  {full:>9.0}\n  \
              libgcc _Unwind_Backtrace           {libgcc:>9.0}\n  \
              frame-pointer walk                 {fpw:>9.1}\n\

@@ -12,7 +12,11 @@
 use super::arch::{self, Regs};
 use super::cache::{ANY_GENERATION, CACHE, UNKNOWN_GENERATION};
 use super::cfi;
-use super::rule::{KIND_END, KIND_MASK, KIND_RULE, Packed, step_packed, to_pair};
+use super::memo::{MEMOS, Trace};
+use super::rule::{
+    KIND_END, KIND_MASK, KIND_RULE, Packed, cfa_from_fp, fp_slot, ra_signed, ra_slot, step_packed,
+    to_pair, zeroes_fp,
+};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// The library's own code, skipped wherever it appears in a stack (abi §7.1). Empty until
@@ -63,6 +67,16 @@ impl<'a> Sink<'a> {
     pub fn len(&self) -> usize {
         self.n
     }
+
+    /// The buffer's size.
+    pub fn limit(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Forgets the frames pushed after the first `n` (a replay that turned out torn).
+    pub fn truncate(&mut self, n: usize) {
+        self.n = self.n.min(n);
+    }
 }
 
 /// Outcome of the cached walk.
@@ -72,16 +86,37 @@ pub enum Walk {
     Unsupported,
 }
 
-/// Walks from `regs`, the snapshot taken inside the capturing function: that frame itself is
-/// not recorded, its caller is the first candidate.
+/// Frames walked before a memo is looked for. The memo's key is where the walk stands then:
+/// the return address and stack pointer of that frame. Allocation calls share their first
+/// frames (the allocator's entry points, the program's own wrappers), which would leave
+/// several different stacks under one key; a few frames up they differ.
+const MEMO_AFTER: usize = 3;
+
+/// Walks from `regs`, the snapshot taken inside the capturing function (or an entry point
+/// still running on this thread): that frame itself is not recorded, its caller is the first
+/// candidate. After `MEMO_AFTER` frames a memo of an earlier walk from the same point is tried
+/// (memo.rs); a walk that can be memoised is remembered.
 #[inline(always)]
 pub fn cached_walk(frames: &mut [usize], mut regs: Regs) -> Walk {
     // The loader generation is read only when a frame outside permanent code needs it.
     let mut generation = UNKNOWN_GENERATION;
+    let limit = frames.len();
+    let mut trace = Trace::new();
+    let mut memo_start: Option<(Regs, usize)> = None;
+    // Whether every rule the memoised part used holds in every loader generation: then the
+    // memo does too, and replaying it needs no generation read.
+    let mut all_permanent = true;
+    let mut filled = false;
     let mut sink = Sink::new(frames);
-    for _ in 0..MAX_STEPS {
-        let p = match CACHE.get_home(regs.ra, generation) {
-            Some(p) => p,
+    for step in 0..MAX_STEPS {
+        if step == MEMO_AFTER {
+            if let Some(n) = MEMOS.replay(regs, &mut sink, &mut generation) {
+                return Walk::Done(n);
+            }
+            memo_start = Some((regs, sink.len()));
+        }
+        let (p, permanent) = match CACHE.get_home(regs.ra, generation) {
+            Some(found) => found,
             None => slow_lookup(regs.ra, &mut generation),
         };
         let kind = p.0 as u32 & KIND_MASK;
@@ -91,29 +126,63 @@ pub fn cached_walk(frames: &mut [usize], mut regs: Regs) -> Walk {
             }
             return Walk::Unsupported;
         }
-        if !step_packed(&mut regs, p) || regs.ra == 0 || !sink.push(regs.ra) {
+        if memo_start.is_some() {
+            trace.rule(cfa_from_fp(p), ra_signed(p));
+            all_permanent &= permanent;
+        }
+        if !step_packed(&mut regs, p) {
+            break;
+        }
+        if let Some((start, _)) = memo_start {
+            if let Some(slot) = fp_slot(&regs, p) {
+                trace.read(start.sp, slot, regs.fp, false);
+            } else if zeroes_fp(p) {
+                trace.fp_zeroed();
+            }
+            trace.read(start.sp, ra_slot(&regs, p), regs.ra, true);
+        }
+        if regs.ra == 0 {
+            break;
+        }
+        if !sink.push(regs.ra) {
+            filled = true;
             break;
         }
     }
-    Walk::Done(sink.len())
+    let n = sink.len();
+    if let Some((start, pushed_before)) = memo_start {
+        let tag = if all_permanent {
+            ANY_GENERATION
+        } else {
+            generation
+        };
+        MEMOS.remember(
+            start,
+            pushed_before,
+            &mut trace,
+            filled.then_some(limit),
+            tag,
+        );
+    }
+    Walk::Done(n)
 }
 
 /// Other probe slots, then the CFI tables (the result is cached).
 #[cold]
 #[inline(never)]
-fn slow_lookup(ra: usize, generation: &mut u32) -> Packed {
+fn slow_lookup(ra: usize, generation: &mut u32) -> (Packed, bool) {
     // Two hot return addresses sharing a home slot send one of them here on every walk: the
     // other probe slots come first, under the generation already known (an unknown one still
     // matches permanent code), before anything that leaves the library (reading the
     // generation takes the loader's lock; the mark costs two pthread_setspecific calls).
-    if let Some(e) = CACHE.get(ra, *generation) {
-        return to_pair(e.pack());
+    if let Some(found) = CACHE.get_tagged(ra, *generation) {
+        return found;
     }
     let _foreign = crate::sync::DisabledScope::enter();
     if *generation == UNKNOWN_GENERATION {
         *generation = cfi::generation();
-        if let Some(e) = CACHE.get(ra, *generation) {
-            return to_pair(e.pack());
+        if let Some(found) = CACHE.get_tagged(ra, *generation) {
+            return found;
         }
     }
     #[cfg(test)]
@@ -122,13 +191,14 @@ fn slow_lookup(ra: usize, generation: &mut u32) -> Packed {
     // Rules of code that is never unloaded hold in every generation. (The generation was
     // read before the lookup: a module loaded in between is at worst cached under a
     // generation that is already stale, never the other way round.)
-    let tag = if ra != 0 && cfi::is_permanent(ra - 1) {
+    let permanent = ra != 0 && cfi::is_permanent(ra - 1);
+    let tag = if permanent {
         ANY_GENERATION
     } else {
         *generation
     };
     CACHE.put(ra, tag, e);
-    to_pair(e.pack())
+    (to_pair(e.pack()), permanent)
 }
 
 /// The `unwinding` crate's full DWARF unwinder. Its first two reported frames are this
