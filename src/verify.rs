@@ -75,15 +75,29 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
 /// `check` for free: a live tracked pointer also leaves the table, in the same lookup (one
 /// shard lock and probe per free instead of two). `None`: reported, the call must not go on;
 /// `Some(record)`: go on, with the table's record of the block (`None` when nothing tracks).
-#[inline]
+#[inline(always)]
 pub fn check_and_untrack(
     state: &State,
     pointer: usize,
     function: &str,
 ) -> Option<Option<crate::pointers::Info>> {
     if !state.has(bits::TRACK_ALLOCS) {
+        // Nothing tracked and no header: nothing to check (fill, record_allocs, verbose), and
+        // no call into a function whose prologue saves every register.
+        if !state.layout.header {
+            return Some(None);
+        }
         return check(state, pointer, function).then_some(None);
     }
+    untrack_checked(state, pointer, function)
+}
+
+#[inline(never)]
+fn untrack_checked(
+    state: &State,
+    pointer: usize,
+    function: &str,
+) -> Option<Option<crate::pointers::Info>> {
     let taken = tracking::POINTERS.remove(pointer);
     match classify(state, pointer, taken.is_some()) {
         None => Some(taken),
