@@ -208,12 +208,24 @@ fn tag_of(pc: usize, sp: usize) -> usize {
     (pc ^ sp.rotate_left(29)) | 1
 }
 
+/// What a walk does at a memo's start.
+pub enum Replay {
+    /// A memo matched: the sink holds the whole walk.
+    Hit(usize),
+    /// Walk on, recording the reads, and remember them.
+    Record,
+    /// Walk on without recording (a start not seen before).
+    Skip,
+}
+
 pub struct MemoTable {
     memos: [Memo; SETS * WAYS],
     /// Per set, each way's `tag_of` its start, in one cache line: a replay opens only the
     /// memos whose tag matches instead of reading every way's header (eight cache lines).
     /// A hint: `try_memo` checks the memo itself.
     tags: [SetTags; SETS],
+    /// Per set, tags of starts seen once without a memo (see `replay`).
+    ghosts: [SetTags; SETS],
     /// Round-robin victim choice; a racy increment is harmless (any way will do).
     victim: AtomicUsize,
 }
@@ -233,6 +245,7 @@ impl MemoTable {
         MemoTable {
             memos: [const { Memo::new() }; SETS * WAYS],
             tags: [const { SetTags([const { AtomicUsize::new(0) }; WAYS]) }; SETS],
+            ghosts: [const { SetTags([const { AtomicUsize::new(0) }; WAYS]) }; SETS],
             victim: AtomicUsize::new(0),
         }
     }
@@ -241,25 +254,37 @@ impl MemoTable {
     /// `generation` is the loader generation if the caller read it (else UNKNOWN_GENERATION;
     /// read here when a memo needs it, and handed back).
     #[inline(always)]
-    pub fn replay(&self, start: Regs, sink: &mut Sink<'_>, generation: &mut u32) -> Option<usize> {
+    pub fn replay(&self, start: Regs, sink: &mut Sink<'_>, generation: &mut u32) -> Replay {
         #[cfg(test)]
         if OFF.load(Ordering::Relaxed) {
-            return None;
+            return Replay::Skip;
         }
         let set = set_of(start.ra, start.sp);
         let tag = tag_of(start.ra, start.sp);
+        let mut known = false;
         for (way, t) in self.tags[set].0.iter().enumerate() {
             if t.load(Ordering::Relaxed) != tag {
                 continue;
             }
+            known = true;
             let memo = &self.memos[set * WAYS + way];
             if let Some(n) = self.try_memo(memo, start, sink, generation) {
                 #[cfg(test)]
                 HITS.fetch_add(1, Ordering::Relaxed);
-                return Some(n);
+                return Replay::Hit(n);
             }
         }
-        None
+        // Admission: a start seen for the first time only leaves its tag among the set's
+        // ghosts; a memo is recorded the next time a walk passes there. Recording and storing a
+        // memo more than doubles the cost of a walk, which a program whose stacks rarely
+        // repeat would pay on every capture.
+        let ghost = &self.ghosts[set].0[(tag >> 4) % WAYS];
+        if known || ghost.load(Ordering::Relaxed) == tag {
+            Replay::Record
+        } else {
+            ghost.store(tag, Ordering::Relaxed);
+            Replay::Skip
+        }
     }
 
     #[inline(always)]

@@ -12,7 +12,7 @@
 use super::arch::{self, Regs};
 use super::cache::{ANY_GENERATION, CACHE, UNKNOWN_GENERATION};
 use super::cfi;
-use super::memo::{MEMOS, Trace};
+use super::memo::{MEMOS, Replay, Trace};
 use super::rule::{
     KIND_END, KIND_MASK, KIND_RULE, Packed, cfa_from_fp, fp_slot, ra_signed, ra_slot, step_packed,
     to_pair, zeroes_fp,
@@ -101,70 +101,165 @@ pub fn cached_walk(frames: &mut [usize], mut regs: Regs) -> Walk {
     // The loader generation is read only when a frame outside permanent code needs it.
     let mut generation = UNKNOWN_GENERATION;
     let limit = frames.len();
-    let mut trace = Trace::new();
-    let mut memo_start: Option<(Regs, usize)> = None;
-    // Whether every rule the memoised part used holds in every loader generation: then the
-    // memo does too, and replaying it needs no generation read.
-    let mut all_permanent = true;
-    let mut filled = false;
     let mut sink = Sink::new(frames);
-    for step in 0..MAX_STEPS {
-        if step == MEMO_AFTER {
-            if let Some(n) = MEMOS.replay(regs, &mut sink, &mut generation) {
-                return Walk::Done(n);
-            }
-            memo_start = Some((regs, sink.len()));
+    let mut steps = 0;
+    while steps < MEMO_AFTER {
+        steps += 1;
+        match step(&mut regs, &mut sink, &mut generation, &mut NoRecording) {
+            Step::Next => {}
+            Step::Unsupported => return Walk::Unsupported,
+            Step::End | Step::Filled => return Walk::Done(sink.len()),
         }
-        let (p, permanent) = match CACHE.get_home(regs.ra, generation) {
-            Some(found) => found,
-            None => slow_lookup(regs.ra, &mut generation),
-        };
-        let kind = p.0 as u32 & KIND_MASK;
-        if kind != KIND_RULE {
-            if kind == KIND_END {
+    }
+    match MEMOS.replay(regs, &mut sink, &mut generation) {
+        Replay::Hit(n) => Walk::Done(n),
+        Replay::Skip => walk_on(regs, &mut sink, &mut generation, &mut NoRecording, steps),
+        Replay::Record => {
+            let mut recording = Recording {
+                start: regs,
+                pushed_before: sink.len(),
+                trace: Trace::new(),
+                all_permanent: true,
+                filled: false,
+            };
+            let walk = walk_on(regs, &mut sink, &mut generation, &mut recording, steps);
+            if let Walk::Done(_) = walk {
+                // Whether every rule the memoised part used holds in every loader generation:
+                // then the memo does too, and replaying it needs no generation read.
+                let tag = if recording.all_permanent {
+                    ANY_GENERATION
+                } else {
+                    generation
+                };
+                MEMOS.remember(
+                    recording.start,
+                    recording.pushed_before,
+                    &mut recording.trace,
+                    recording.filled.then_some(limit),
+                    tag,
+                );
+            }
+            walk
+        }
+    }
+}
+
+/// The rest of a walk after `steps` steps.
+#[inline(always)]
+fn walk_on(
+    mut regs: Regs,
+    sink: &mut Sink<'_>,
+    generation: &mut u32,
+    rec: &mut impl Recorder,
+    mut steps: usize,
+) -> Walk {
+    while steps < MAX_STEPS {
+        steps += 1;
+        match step(&mut regs, sink, generation, rec) {
+            Step::Next => {}
+            Step::Unsupported => return Walk::Unsupported,
+            Step::End => break,
+            Step::Filled => {
+                rec.filled();
                 break;
             }
-            return Walk::Unsupported;
-        }
-        if memo_start.is_some() {
-            trace.rule(cfa_from_fp(p), ra_signed(p));
-            all_permanent &= permanent;
-        }
-        if !step_packed(&mut regs, p) {
-            break;
-        }
-        if let Some((start, _)) = memo_start {
-            if let Some(slot) = fp_slot(&regs, p) {
-                trace.read(start.sp, slot, regs.fp, false);
-            } else if zeroes_fp(p) {
-                trace.fp_zeroed();
-            }
-            trace.read(start.sp, ra_slot(&regs, p), regs.ra, true);
-        }
-        if regs.ra == 0 {
-            break;
-        }
-        if !sink.push(regs.ra) {
-            filled = true;
-            break;
         }
     }
-    let n = sink.len();
-    if let Some((start, pushed_before)) = memo_start {
-        let tag = if all_permanent {
-            ANY_GENERATION
+    Walk::Done(sink.len())
+}
+
+enum Step {
+    Next,
+    /// The walk is over (outermost frame, zero return address, implausible frame).
+    End,
+    /// The caller's buffer is full.
+    Filled,
+    /// A frame needs the full unwinder.
+    Unsupported,
+}
+
+/// One frame: look up the rule of `regs.ra`, step to the caller, push its return address.
+#[inline(always)]
+fn step(
+    regs: &mut Regs,
+    sink: &mut Sink<'_>,
+    generation: &mut u32,
+    rec: &mut impl Recorder,
+) -> Step {
+    let (p, permanent) = match CACHE.get_home(regs.ra, *generation) {
+        Some(found) => found,
+        None => slow_lookup(regs.ra, generation),
+    };
+    let kind = p.0 as u32 & KIND_MASK;
+    if kind != KIND_RULE {
+        return if kind == KIND_END {
+            Step::End
         } else {
-            generation
+            Step::Unsupported
         };
-        MEMOS.remember(
-            start,
-            pushed_before,
-            &mut trace,
-            filled.then_some(limit),
-            tag,
-        );
     }
-    Walk::Done(n)
+    rec.rule(p, permanent);
+    if !step_packed(regs, p) {
+        return Step::End;
+    }
+    rec.stepped(regs, p);
+    if regs.ra == 0 {
+        return Step::End;
+    }
+    if !sink.push(regs.ra) {
+        return Step::Filled;
+    }
+    Step::Next
+}
+
+/// What a walk notes for a memo; a walk that does not record one notes nothing, at no cost.
+trait Recorder {
+    fn rule(&mut self, p: Packed, permanent: bool);
+    fn stepped(&mut self, regs: &Regs, p: Packed);
+    fn filled(&mut self);
+}
+
+struct NoRecording;
+
+impl Recorder for NoRecording {
+    #[inline(always)]
+    fn rule(&mut self, _: Packed, _: bool) {}
+    #[inline(always)]
+    fn stepped(&mut self, _: &Regs, _: Packed) {}
+    #[inline(always)]
+    fn filled(&mut self) {}
+}
+
+struct Recording {
+    start: Regs,
+    pushed_before: usize,
+    trace: Trace,
+    all_permanent: bool,
+    filled: bool,
+}
+
+impl Recorder for Recording {
+    #[inline(always)]
+    fn rule(&mut self, p: Packed, permanent: bool) {
+        self.trace.rule(cfa_from_fp(p), ra_signed(p));
+        self.all_permanent &= permanent;
+    }
+
+    #[inline(always)]
+    fn stepped(&mut self, regs: &Regs, p: Packed) {
+        let sp0 = self.start.sp;
+        if let Some(slot) = fp_slot(regs, p) {
+            self.trace.read(sp0, slot, regs.fp, false);
+        } else if zeroes_fp(p) {
+            self.trace.fp_zeroed();
+        }
+        self.trace.read(sp0, ra_slot(regs, p), regs.ra, true);
+    }
+
+    #[inline(always)]
+    fn filled(&mut self) {
+        self.filled = true;
+    }
 }
 
 /// Other probe slots, then the CFI tables (the result is cached).
