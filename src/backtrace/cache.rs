@@ -53,6 +53,26 @@ fn home(key: usize) -> usize {
     (key ^ (key >> 12)) & (SLOTS - 1)
 }
 
+/// Starts a seqlock write (the slots here and the memos of memo.rs): makes the sequence odd.
+/// `None` when another writer holds it: the caller skips its write, which is only a cache fill.
+pub(super) fn begin_write(seq: &AtomicU32) -> Option<u32> {
+    let s = seq.load(Ordering::Relaxed);
+    if s & 1 != 0
+        || seq
+            .compare_exchange(s, s.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        return None;
+    }
+    fence(Ordering::Release);
+    Some(s)
+}
+
+/// Ends a write begun at sequence `s`: readers that saw `s` (or the odd value) retry.
+pub(super) fn end_write(seq: &AtomicU32, s: u32) {
+    seq.store(s.wrapping_add(2), Ordering::Release);
+}
+
 impl RuleCache {
     pub const fn new() -> Self {
         RuleCache {
@@ -120,22 +140,15 @@ impl RuleCache {
             }
         }
         let slot = &self.slots[target];
-        let s = slot.seq.load(Ordering::Relaxed);
-        if s & 1 != 0
-            || slot
-                .seq
-                .compare_exchange(s, s.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-        {
+        let Some(s) = begin_write(&slot.seq) else {
             return;
-        }
-        fence(Ordering::Release);
+        };
         let p = to_pair(entry.pack());
         slot.key.store(key, Ordering::Relaxed);
         slot.generation.store(generation, Ordering::Relaxed);
         slot.words[0].store(p.0, Ordering::Relaxed);
         slot.words[1].store(p.1, Ordering::Relaxed);
-        slot.seq.store(s.wrapping_add(2), Ordering::Release);
+        end_write(&slot.seq, s);
     }
 
     /// Forgets everything (tests; never needed for correctness thanks to generations).

@@ -36,7 +36,7 @@
 //! a memo that is being rewritten.
 
 use super::arch::Regs;
-use super::cache::{ANY_GENERATION, UNKNOWN_GENERATION};
+use super::cache::{ANY_GENERATION, UNKNOWN_GENERATION, begin_write, end_write};
 use super::walk::Sink;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
@@ -388,16 +388,9 @@ impl MemoTable {
                 v % WAYS
             });
         let memo = &ways[way];
-        let s = memo.seq.load(Ordering::Relaxed);
-        if s & 1 != 0
-            || memo
-                .seq
-                .compare_exchange(s, s.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-        {
+        let Some(s) = begin_write(&memo.seq) else {
             return;
-        }
-        fence(Ordering::Release);
+        };
         memo.generation.store(generation, Ordering::Relaxed);
         memo.meta.store(meta, Ordering::Relaxed);
         memo.pc.store(start.ra, Ordering::Relaxed);
@@ -411,7 +404,7 @@ impl MemoTable {
             memo.offsets[i].store(offset, Ordering::Relaxed);
             memo.words[i].store(word, Ordering::Relaxed);
         }
-        memo.seq.store(s.wrapping_add(2), Ordering::Release);
+        end_write(&memo.seq, s);
         self.tags[set].0[way].store(tag_of(start.ra, start.sp), Ordering::Relaxed);
     }
 
