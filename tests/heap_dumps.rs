@@ -154,6 +154,11 @@ fn exit_dump_is_symbolized_and_agrees_with_leak_info() {
         .filter(|r| (1000..1003).contains(&r.size))
         .collect();
     assert_eq!(leaks.iter().map(|r| r.num).sum::<usize>(), 30, "{text}");
+    // One call site, so one stack: the first walk from it only leaves a ghost tag, the second
+    // records a memo and the other 28 replay it (src/backtrace/memo.rs). Every capture must be
+    // the walk's: one record per size, all with the same frames.
+    assert_eq!(leaks.len(), 3, "{text}");
+    assert!(leaks.iter().all(|r| r.frames == leaks[0].frames), "{text}");
     for r in &leaks {
         assert!(!r.zygote);
         let names = symbolize(&dump, &r.frames, &exe);
