@@ -41,8 +41,8 @@ use super::walk::Sink;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
-/// Most stack reads a memo holds: the default 16 frames plus the library's own frames fit,
-/// with a saved frame pointer per frame where the code keeps frame pointers.
+/// Most stack reads a memo holds: the default 16 frames fit, with a saved frame pointer per
+/// frame where the code keeps frame pointers.
 pub const ENTRIES: usize = 40;
 /// Reads a trace can collect before dropping the saved frame pointers nobody used (most
 /// frames save one even in code without frame pointers).
@@ -112,7 +112,8 @@ impl Trace {
         self.fp_source = ZERO_FP;
     }
 
-    /// Notes that the walk read `word` at `address`; `sp0` is where the walk started.
+    /// Notes that the walk read `word` at `address`; `sp0` is the stack pointer at the memo's
+    /// start.
     #[inline(always)]
     pub fn read(&mut self, sp0: usize, address: usize, word: usize, is_ra: bool) {
         let offset = address.wrapping_sub(sp0);
@@ -250,7 +251,8 @@ impl MemoTable {
         }
     }
 
-    /// Fills `frames` from a memo of a walk from `start`, if one matches the stack.
+    /// Pushes the rest of the walk from `start` out of a memo, if one matches the stack; else
+    /// says whether this walk should record one (see the admission below).
     /// `generation` is the loader generation if the caller read it (else UNKNOWN_GENERATION;
     /// read here when a memo needs it, and handed back).
     #[inline(always)]
@@ -353,8 +355,8 @@ impl MemoTable {
         Some(sink.len())
     }
 
-    /// Keeps the walk `trace` from `start`. `limit` is the buffer size that ended it (or
-    /// None when it ended by itself); `generation` the loader generation its rules were taken
+    /// Keeps the walk `trace` from `start`, reached with `pushed_before` frames in the sink.
+    /// `limit` is the buffer size that ended it (or None when it ended by itself); `generation` the loader generation its rules were taken
     /// under (ANY_GENERATION when all came from permanent code). Gives up if the chosen slot is
     /// being written by another thread.
     pub fn remember(
