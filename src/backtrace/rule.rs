@@ -152,7 +152,8 @@ pub fn from_pair(p: Packed) -> [u32; 4] {
     ]
 }
 
-// What a packed rule reads and writes, for the memos of whole walks (memo.rs).
+// What a packed rule reads and writes: `step_packed` and the memos of whole walks (memo.rs)
+// decode it through these, so that a memo records exactly the slots the step reads.
 
 #[inline(always)]
 pub fn cfa_from_fp(p: Packed) -> bool {
@@ -169,20 +170,39 @@ pub fn ra_signed(p: Packed) -> bool {
     p.0 as u32 & RA_SIGNED != 0
 }
 
+#[inline(always)]
+fn reads_fp(p: Packed) -> bool {
+    p.0 as u32 & FP_AT != 0
+}
+
+/// The CFA's offset from its base register.
+#[inline(always)]
+fn cfa_offset(p: Packed) -> usize {
+    (p.0 >> 32) as u32 as i32 as isize as usize
+}
+
+/// Where, relative to the CFA, the return address is saved.
+#[inline(always)]
+fn ra_offset(p: Packed) -> usize {
+    p.1 as u32 as i32 as isize as usize
+}
+
+/// Where, relative to the CFA, the frame pointer is saved (when `reads_fp`).
+#[inline(always)]
+fn fp_offset(p: Packed) -> usize {
+    (p.1 >> 32) as u32 as i32 as isize as usize
+}
+
 /// Where `step_packed` read the saved frame pointer, if it did, given the registers it produced.
 #[inline(always)]
 pub fn fp_slot(after: &Regs, p: Packed) -> Option<usize> {
-    (p.0 as u32 & FP_AT != 0).then(|| {
-        after
-            .sp
-            .wrapping_add((p.1 >> 32) as u32 as i32 as isize as usize)
-    })
+    reads_fp(p).then(|| after.sp.wrapping_add(fp_offset(p)))
 }
 
 /// Where `step_packed` read the return address, given the registers it produced.
 #[inline(always)]
 pub fn ra_slot(after: &Regs, p: Packed) -> usize {
-    after.sp.wrapping_add(p.1 as u32 as i32 as isize as usize)
+    after.sp.wrapping_add(ra_offset(p))
 }
 
 /// Largest plausible frame: a CFA further than this above the stack pointer means the rule or
@@ -195,19 +215,9 @@ const MAX_FRAME: usize = 64 << 20;
 /// `[sp, cfa)`, the memory of this frame) and by at most `MAX_FRAME`.
 #[inline(always)]
 pub fn step_packed(regs: &mut Regs, p: Packed) -> bool {
-    let flags = p.0 as u32;
-    let (cfa_off, ra_off, fp_off) = (
-        (p.0 >> 32) as u32 as i32,
-        p.1 as u32 as i32,
-        (p.1 >> 32) as u32 as i32,
-    );
-    let base = if flags & CFA_FP != 0 {
-        regs.fp
-    } else {
-        regs.sp
-    };
-    let cfa = base.wrapping_add(cfa_off as isize as usize);
-    let reach = ((flags >> REACH_SHIFT) as usize) * WORD;
+    let base = if cfa_from_fp(p) { regs.fp } else { regs.sp };
+    let cfa = base.wrapping_add(cfa_offset(p));
+    let reach = ((p.0 as u32 >> REACH_SHIFT) as usize) * WORD;
     let size = cfa.wrapping_sub(regs.sp);
     if size.wrapping_sub(reach) > MAX_FRAME || cfa % WORD != 0 || reach == 0 {
         return false;
@@ -215,20 +225,16 @@ pub fn step_packed(regs: &mut Regs, p: Packed) -> bool {
     // SAFETY: [cfa - reach, cfa) lies inside [sp, cfa), the current frame of a live stack (sp
     // was a real stack pointer; the CFA is bounded above it by a plausible unwind rule), and
     // both offsets are word-aligned, negative and no further than `reach` below the CFA.
-    let ra = unsafe { *(cfa.wrapping_add(ra_off as isize as usize) as *const usize) };
-    let fp = if flags & FP_AT != 0 {
+    let ra = unsafe { *(cfa.wrapping_add(ra_offset(p)) as *const usize) };
+    let fp = if reads_fp(p) {
         // SAFETY: as above.
-        unsafe { *(cfa.wrapping_add(fp_off as isize as usize) as *const usize) }
-    } else if flags & FP_ZERO != 0 {
+        unsafe { *(cfa.wrapping_add(fp_offset(p)) as *const usize) }
+    } else if zeroes_fp(p) {
         0
     } else {
         regs.fp
     };
-    regs.ra = if flags & RA_SIGNED != 0 {
-        strip_pac(ra)
-    } else {
-        ra
-    };
+    regs.ra = if ra_signed(p) { strip_pac(ra) } else { ra };
     regs.sp = cfa;
     regs.fp = fp;
     true

@@ -103,13 +103,15 @@ pub fn cached_walk(frames: &mut [usize], mut regs: Regs) -> Walk {
     let limit = frames.len();
     let mut sink = Sink::new(frames);
     let mut steps = 0;
-    while steps < MEMO_AFTER {
-        steps += 1;
-        match step(&mut regs, &mut sink, &mut generation, &mut NoRecording) {
-            Step::Next => {}
-            Step::Unsupported => return Walk::Unsupported,
-            Step::End | Step::Filled => return Walk::Done(sink.len()),
-        }
+    if let Some(done) = walk_until(
+        &mut regs,
+        &mut sink,
+        &mut generation,
+        &mut NoRecording,
+        &mut steps,
+        MEMO_AFTER,
+    ) {
+        return done;
     }
     match MEMOS.replay(regs, &mut sink, &mut generation) {
         Replay::Hit(n) => Walk::Done(n),
@@ -153,19 +155,34 @@ fn walk_on(
     rec: &mut impl Recorder,
     mut steps: usize,
 ) -> Walk {
-    while steps < MAX_STEPS {
-        steps += 1;
-        match step(&mut regs, sink, generation, rec) {
+    walk_until(&mut regs, sink, generation, rec, &mut steps, MAX_STEPS)
+        .unwrap_or(Walk::Done(sink.len()))
+}
+
+/// Steps until the walk ends or `*steps` reaches `until`: `Some` outcome when it ended, `None`
+/// when it stopped at the bound with `regs` at the next frame to step from.
+#[inline(always)]
+fn walk_until(
+    regs: &mut Regs,
+    sink: &mut Sink<'_>,
+    generation: &mut u32,
+    rec: &mut impl Recorder,
+    steps: &mut usize,
+    until: usize,
+) -> Option<Walk> {
+    while *steps < until {
+        *steps += 1;
+        match step(regs, sink, generation, rec) {
             Step::Next => {}
-            Step::Unsupported => return Walk::Unsupported,
-            Step::End => break,
+            Step::Unsupported => return Some(Walk::Unsupported),
+            Step::End => return Some(Walk::Done(sink.len())),
             Step::Filled => {
                 rec.filled();
-                break;
+                return Some(Walk::Done(sink.len()));
             }
         }
     }
-    Walk::Done(sink.len())
+    None
 }
 
 enum Step {
