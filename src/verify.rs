@@ -82,11 +82,6 @@ pub fn check_and_untrack(
     function: &str,
 ) -> Option<Option<crate::pointers::Info>> {
     if !state.has(bits::TRACK_ALLOCS) {
-        // Nothing tracked and no header: nothing to check (fill, record_allocs, verbose), and
-        // no call into a function whose prologue saves every register.
-        if !state.layout.header {
-            return Some(None);
-        }
         return check(state, pointer, function).then_some(None);
     }
     untrack_checked(state, pointer, function)
@@ -112,11 +107,20 @@ fn untrack_checked(
     }
 }
 
+/// Inline: with nothing tracked and no header (fill, record_allocs, verbose) there is nothing
+/// to check, and every caller returns at once instead of calling a function whose prologue
+/// saves every register.
+#[inline(always)]
 fn find_problem(state: &State, pointer: usize) -> Option<Problem> {
     let tracking = state.has(bits::TRACK_ALLOCS);
     if !state.layout.header && !tracking {
         return None;
     }
+    classify_unknown(state, pointer, tracking)
+}
+
+#[inline(never)]
+fn classify_unknown(state: &State, pointer: usize, tracking: bool) -> Option<Problem> {
     classify(state, pointer, tracking && tracking::is_live(pointer))
 }
 
