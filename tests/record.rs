@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 fn program() -> PathBuf {
@@ -66,15 +66,22 @@ fn stderr_line(out: &Output, prefix: &str) -> String {
         .unwrap_or_else(|| panic!("no stderr line starting with {prefix:?}"))
 }
 
-/// A scratch directory, its record file and options that write it on the signal and at exit.
-fn recording_on_exit(name: &str) -> (PathBuf, PathBuf, String) {
+/// A record file in a scratch directory and options that write it on the signal and at exit.
+fn recording_on_exit(name: &str) -> (PathBuf, String) {
     let dir = scratch_dir(name);
     let file = dir.join("rec.txt");
     let options = format!(
         "record_allocs record_allocs_file={} record_allocs_on_exit",
         file.display()
     );
-    (dir, file, options)
+    (file, options)
+}
+
+/// The file written at exit by process `pid`: the record file's name with `.<pid>` appended
+/// (spec §7.5).
+fn exit_records(file: &Path, pid: u32) -> String {
+    let path = PathBuf::from(format!("{}.{pid}", file.display()));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn normalise(text: &str, pid: u32) -> Vec<String> {
@@ -98,7 +105,7 @@ fn normalise(text: &str, pid: u32) -> Vec<String> {
 
 #[test]
 fn every_call_type_signal_write_and_exit_write() {
-    let (dir, file, options) = recording_on_exit("record-all");
+    let (file, options) = recording_on_exit("record-all");
     let (pid, out) = run(&options, &["signal"]);
     assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
     let first = std::fs::read_to_string(&file).expect("file written on the signal");
@@ -141,7 +148,7 @@ fn every_call_type_signal_write_and_exit_write() {
         .collect();
     assert_eq!(tids.len(), 2, "{first}");
     // After the signal's write the entries start over: the exit file holds only what followed.
-    let at_exit = std::fs::read_to_string(dir.join(format!("rec.txt.{pid}"))).expect("exit file");
+    let at_exit = exit_records(&file, pid);
     assert_eq!(
         normalise(&at_exit, pid),
         [
@@ -166,7 +173,7 @@ fn the_entry_limit_drops_later_calls_and_says_so() {
         malloc_debug_messages(&out),
         ["Maximum number of records added, all new operations will be dropped."]
     );
-    let text = std::fs::read_to_string(dir.join(format!("rec.txt.{pid}"))).unwrap();
+    let text = exit_records(&file, pid);
     assert_eq!(text.lines().count(), 5, "{text}");
     assert!(!file.exists(), "no signal, no plain file");
 }
@@ -223,13 +230,13 @@ fn allocator_stats_on_signal_and_at_exit() {
 
 #[test]
 fn a_fork_child_reads_its_own_page_table() {
-    let (dir, _, options) = recording_on_exit("record-fork");
+    let (file, options) = recording_on_exit("record-fork");
     let (_, out) = run(&options, &["fork"]);
     let child: u32 = stderr_line(&out, "child ")
         .trim()
         .parse()
         .expect("child pid");
-    let text = std::fs::read_to_string(dir.join(format!("rec.txt.{child}"))).expect("child's file");
+    let text = exit_records(&file, child);
     let lines: Vec<&str> = text.lines().collect();
     // The child's malloc of 1 MiB, then its free with every byte present (the block was written
     // whole); the parent's page table has no such mapping and would give 0.
@@ -248,11 +255,11 @@ fn a_fork_child_reads_its_own_page_table() {
 
 #[test]
 fn calls_made_during_a_signal_write_wait_and_are_recorded() {
-    let (dir, file, options) = recording_on_exit("record-threads");
+    let (file, options) = recording_on_exit("record-threads");
     let (pid, out) = run(&options, &["threads"]);
     assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
     let on_signal = std::fs::read_to_string(&file).expect("file written on the signal");
-    let at_exit = std::fs::read_to_string(dir.join(format!("rec.txt.{pid}"))).expect("exit file");
+    let at_exit = exit_records(&file, pid);
     // Per worker thread: every one of its 40,000 calls, in one file or the other, then its
     // thread_done; nothing lost while the signal's write was going on.
     let mut per_thread: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
