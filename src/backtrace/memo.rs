@@ -20,14 +20,14 @@
 //! frame pointer, itself either the starting one or a word read earlier. So a memo holds every
 //! read that can matter (return addresses always; saved frame pointers when some frame bases
 //! its CFA on the frame pointer), the start (return address and stack pointer: its key) and,
-//! when a frame uses it, the starting frame pointer. If the stack holds the memo's first `i` words at the memo's first
-//! `i` offsets, the real walk makes its `i+1`-th read at the memo's `i+1`-th offset; by
-//! induction, a memo whose words all match is exactly the walk the cached walker would do, and
-//! every stack read made while verifying is one that walk would make (which is also why
-//! verification stops at the first mismatch). A memo carries the generation of its rules, like
-//! the rule cache, checked before any stack read (the generation of permanent code when every
-//! rule it used came from code that is never unloaded, as is usual, so that a replay need not
-//! read the loader's). Walks through signed return addresses
+//! when a frame uses it, the starting frame pointer. If the stack holds the memo's first `i`
+//! words at the memo's first `i` offsets, the real walk makes its `i+1`-th read at the memo's
+//! `i+1`-th offset; by induction, a memo whose words all match is exactly the walk the cached
+//! walker would do, and every stack read made while verifying is one that walk would make
+//! (which is also why verification stops at the first mismatch). A memo carries the generation
+//! of its rules, like the rule cache, checked before any stack read (the generation of
+//! permanent code when every rule it used came from code that is never unloaded, as is usual,
+//! so that a replay need not read the loader's). Walks through signed return addresses
 //! (aarch64 PAC) are not memoised.
 //!
 //! Storage: a fixed set-associative table in `.bss` with a line of way tags per set; each memo
@@ -64,7 +64,7 @@ pub struct Trace {
     len: usize,
     /// False once a frame could not be memoised (signed return address, a slot too far from
     /// the start, too many reads).
-    pub memoizable: bool,
+    memoizable: bool,
     /// Where the frame pointer's current value came from: the entry that read it, START_FP,
     /// or ZERO_FP.
     fp_source: usize,
@@ -356,9 +356,10 @@ impl MemoTable {
     }
 
     /// Keeps the walk `trace` from `start`, reached with `pushed_before` frames in the sink.
-    /// `limit` is the buffer size that ended it (or None when it ended by itself); `generation` the loader generation its rules were taken
-    /// under (ANY_GENERATION when all came from permanent code). Gives up if the chosen slot is
-    /// being written by another thread.
+    /// `limit` is the buffer size that ended it (or None when it ended by itself);
+    /// `generation` the loader generation its rules were taken under (ANY_GENERATION when all
+    /// came from permanent code). Gives up if the chosen slot is being written by another
+    /// thread.
     pub fn remember(
         &self,
         start: Regs,
