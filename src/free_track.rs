@@ -153,27 +153,20 @@ impl FreeQueue {
     }
 
     /// Copies the free-time frames recorded for a queued pointer into `out`; false when the
-    /// pointer is not queued.
+    /// pointer is not queued (an error report: the whole queue is looked at).
     pub fn free_backtrace_of(&self, pointer: usize, out: &mut FrameBuffer) -> bool {
-        let mut ring = self.ring.lock();
-        if ring.entries.is_none() {
-            return false;
-        }
         let mangled = pointer ^ usize::MAX;
-        let (head, len) = (ring.head, ring.len);
-        for i in 0..len {
-            let (entry, frames) = ring.slot(head + i);
-            if entry.mangled == mangled {
-                let count = entry.frame_count;
-                out.copy_from(&frames[..count]);
-                return true;
+        let mut found = false;
+        self.for_each(|entry, frames| {
+            if !found && entry.mangled == mangled {
+                out.copy_from(frames);
+                found = true;
             }
-        }
-        false
+        });
+        found
     }
 
-    /// Calls `f` on every queued entry and its frames, in queue order (at exit; the queue
-    /// stays locked).
+    /// Calls `f` on every queued entry and its frames, in queue order, with the queue locked.
     pub fn for_each(&self, mut f: impl FnMut(&Freed, &[usize])) {
         let mut ring = self.ring.lock();
         if ring.entries.is_none() {

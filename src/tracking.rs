@@ -85,7 +85,11 @@ impl FrameBuffer {
     /// evicted entry's frames leave as the new one's arrive).
     pub fn swap_with(&mut self, slot: &mut [usize], slot_len: usize) {
         // Bounded by both sides (a row as long as MAX_FRAMES at most): no index can panic.
-        let n = self.len.max(slot_len).min(slot.len()).min(self.storage.len());
+        let n = self
+            .len
+            .max(slot_len)
+            .min(slot.len())
+            .min(self.storage.len());
         for (i, stored) in slot.iter_mut().enumerate().take(n) {
             let old = *stored;
             if i < self.len {
