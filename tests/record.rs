@@ -77,6 +77,16 @@ fn recording_on_exit(name: &str) -> (PathBuf, String) {
     (file, options)
 }
 
+/// Runs the program in `mode` with records written on its signal and at exit; nothing may be
+/// logged. Returns the record file, the pid, the output and the records written on the signal.
+fn run_with_signal_write(name: &str, mode: &str) -> (PathBuf, u32, Output, String) {
+    let (file, options) = recording_on_exit(name);
+    let (pid, out) = run(&options, &[mode]);
+    assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
+    let on_signal = std::fs::read_to_string(&file).expect("file written on the signal");
+    (file, pid, out, on_signal)
+}
+
 /// The file written at exit by process `pid`: the record file's name with `.<pid>` appended
 /// (spec §7.5).
 fn exit_records(file: &Path, pid: u32) -> String {
@@ -105,10 +115,7 @@ fn normalise(text: &str, pid: u32) -> Vec<String> {
 
 #[test]
 fn every_call_type_signal_write_and_exit_write() {
-    let (file, options) = recording_on_exit("record-all");
-    let (pid, out) = run(&options, &["signal"]);
-    assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
-    let first = std::fs::read_to_string(&file).expect("file written on the signal");
+    let (file, pid, out, first) = run_with_signal_write("record-all", "signal");
     // memalign's and posix_memalign's usable sizes, as the program saw them.
     let usable_line = stderr_line(&out, "usable ");
     let usable: Vec<&str> = usable_line.split(' ').collect();
@@ -255,10 +262,7 @@ fn a_fork_child_reads_its_own_page_table() {
 
 #[test]
 fn calls_made_during_a_signal_write_wait_and_are_recorded() {
-    let (file, options) = recording_on_exit("record-threads");
-    let (pid, out) = run(&options, &["threads"]);
-    assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
-    let on_signal = std::fs::read_to_string(&file).expect("file written on the signal");
+    let (file, pid, _, on_signal) = run_with_signal_write("record-threads", "threads");
     let at_exit = exit_records(&file, pid);
     // Per worker thread: every one of its 40,000 calls, in one file or the other, then its
     // thread_done; nothing lost while the signal's write was going on.
