@@ -106,15 +106,12 @@ impl Shard {
         }
     }
 
-    /// Every slot, bucket after bucket (a bucket is exactly its slots: repr(C), 4 × 16 bytes).
-    fn slots(&self) -> &[Slot] {
-        match self.buckets {
-            // SAFETY: as in `buckets`; the buckets are contiguous arrays of slots.
-            Some(p) => unsafe {
-                core::slice::from_raw_parts(p.as_ptr().cast(), self.bucket_count * WAYS)
-            },
-            None => &[],
-        }
+    /// Every occupied slot, bucket after bucket.
+    fn occupied(&self) -> impl Iterator<Item = &Slot> {
+        self.buckets()
+            .iter()
+            .flat_map(|b| b.slots.iter())
+            .filter(|s| s.key != EMPTY)
     }
 
     /// The buckets and their overflow counts, for writing.
@@ -314,7 +311,7 @@ impl PointerTable {
         for s in &self.shards {
             // SAFETY: forwarded: the caller holds this shard's lock.
             let shard = unsafe { s.0.get_unlocked() };
-            for slot in shard.slots().iter().filter(|s| s.key != EMPTY) {
+            for slot in shard.occupied() {
                 f(mangle(slot.key), slot.info);
             }
         }
@@ -348,8 +345,7 @@ impl AllLocked<'_> {
     pub fn iter(&self) -> impl Iterator<Item = (usize, Info)> + '_ {
         self.guards
             .iter()
-            .flat_map(|g| g.slots().iter())
-            .filter(|s| s.key != EMPTY)
+            .flat_map(|g| g.occupied())
             .map(|s| (mangle(s.key), s.info))
     }
 }
@@ -381,10 +377,7 @@ impl Shard {
             }
         }
         assert_eq!(self.overflow(), &expected[..]);
-        assert_eq!(
-            self.slots().iter().filter(|s| s.key != EMPTY).count(),
-            self.len
-        );
+        assert_eq!(self.occupied().count(), self.len);
     }
 }
 
@@ -485,7 +478,7 @@ mod tests {
         let t = Box::new(PointerTable::new());
         t.add(0x1000, info(1));
         let shard = t.shard(hash(0x1000)).lock();
-        assert!(shard.slots().iter().any(|s| s.key == !0x1000usize));
-        assert!(!shard.slots().iter().any(|s| s.key == 0x1000));
+        assert!(shard.occupied().any(|s| s.key == !0x1000usize));
+        assert!(!shard.occupied().any(|s| s.key == 0x1000));
     }
 }

@@ -116,7 +116,7 @@ impl FrameBuffer {
 /// `track` would push the table insertion's frames (which hold the new pointer) into stack the
 /// program may later leave dead but unscrubbed, where the unreachable scan finds them.
 #[inline(never)]
-pub fn capture_interned(state: &State, origin: &Origin, size: usize, frames: usize) -> u32 {
+fn capture_interned(state: &State, origin: &Origin, size: usize, frames: usize) -> u32 {
     let mut buffer = FrameBuffer::new();
     buffer.capture(state, origin, size, frames);
     if buffer.frames().is_empty() {
