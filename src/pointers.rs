@@ -155,7 +155,9 @@ impl Shard {
         let overflow = self.overflow();
         let mask = self.bucket_count - 1;
         let mut b = self.home(h);
-        loop {
+        // Bounded by the table's size: counts are exact, but after enough removals entries
+        // could in principle pass every bucket, and a lookup of an absent key must still end.
+        for _ in 0..self.bucket_count {
             if let Some(slot) = buckets[b].slots.iter().position(|s| s.key == key) {
                 return Some(Place { bucket: b, slot });
             }
@@ -164,6 +166,7 @@ impl Shard {
             }
             b = (b + 1) & mask;
         }
+        None
     }
 
     fn get(&self, key: usize, h: u64) -> Option<Info> {
