@@ -400,11 +400,8 @@ fn queue_freed(cx: &Entered, pointer: usize, orig: usize, bytes: usize) {
 pub fn free(cx: &Entered, pointer: *mut c_void) {
     let state = cx.state;
     let pointer = pointer as usize;
-    let Some(record) = verify::check_and_untrack(state, pointer, "free") else {
+    if verify::check_and_untrack(state, pointer, "free").is_none() {
         return;
-    };
-    if let Some(info) = record {
-        tracking::release_backtrace(info.backtrace_id);
     }
     // Recorded only once verified, with the block's present bytes from before the free.
     let Some(pending) = record::begin(state) else {
@@ -493,31 +490,27 @@ fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, present: &mut i64)
 /// A verified block taken out of the live table by realloc, with what the table held for it.
 struct Untracked {
     pointer: usize,
-    record: Option<crate::pointers::Info>,
+    record: Option<tracking::Untracked>,
 }
 
 impl Untracked {
     /// The block stays as it was: its record goes back into the table.
     fn keep(self) {
-        if let Some(info) = self.record {
-            tracking::POINTERS.add(self.pointer, info);
+        if let Some(record) = self.record {
+            tracking::restore(self.pointer, record);
         }
     }
 
     /// The block lives on at `pointer` (itself, resized in place, or where the native realloc
     /// moved it): recorded afresh, with a new allocation backtrace.
     fn retrack_at(self, cx: &Entered, pointer: usize, size: usize) {
-        if let Some(info) = self.record {
-            tracking::release_backtrace(info.backtrace_id);
+        if self.record.is_some() {
             tracking::track(cx.state, &cx.origin, pointer, size);
         }
     }
 
     /// The block is freed (moved or realloc to 0).
     fn free(self, cx: &Entered) {
-        if let Some(info) = self.record {
-            tracking::release_backtrace(info.backtrace_id);
-        }
         free_untracked(cx, self.pointer);
     }
 }

@@ -52,15 +52,27 @@ fn mangle(pointer: usize) -> usize {
     pointer ^ usize::MAX
 }
 
+/// A pointer as the table stores it (mangled). Code that runs deep in the stack while adding an
+/// entry (interning a backtrace under the shard lock) is given only this, so that the dead
+/// stack it leaves behind holds no copy of the pointer for a conservative scan to find.
+#[derive(Clone, Copy)]
+pub struct Key(usize);
+
+impl Key {
+    pub fn of(pointer: usize) -> Key {
+        Key(mangle(pointer))
+    }
+}
+
 /// Two rounds of multiplicative hashing. One round (Fibonacci hashing) spreads small strides
 /// perfectly but folds strides of 64 KiB and more (mmapped blocks) onto a few buckets, since a
 /// product's high bits only depend on the bits below them; folding the first product's high
 /// half down and multiplying again makes every stride look random (about 4% of entries miss
 /// their home bucket at half load). The top `SHARD_BITS` pick the shard, the bits below them
-/// the home bucket in the shard.
-fn hash(pointer: usize) -> u64 {
+/// the home bucket in the shard. Hashes the stored (mangled) key, see `Key`.
+fn hash(key: usize) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let x = (pointer as u64).wrapping_mul(K);
+    let x = (key as u64).wrapping_mul(K);
     (x ^ (x >> 32)).wrapping_mul(K)
 }
 
@@ -245,7 +257,7 @@ impl Shard {
                 core::slice::from_raw_parts(old.as_ptr().cast::<Slot>(), old_count * WAYS)
             };
             for slot in old_slots.iter().filter(|s| s.key != EMPTY) {
-                self.place_new(slot.key, hash(mangle(slot.key)), slot.info);
+                self.place_new(slot.key, hash(slot.key), slot.info);
             }
             // SAFETY: mapped by `grow` with exactly this size (it was computable then).
             unsafe { pages::unmap(old.cast(), mapping_bytes(old_count).unwrap_or(0)) };
@@ -275,19 +287,30 @@ impl PointerTable {
     /// Records a live allocation (replacing an existing record of the same pointer). Returns
     /// false if the table could not grow (out of address space).
     pub fn add(&self, pointer: usize, info: Info) -> bool {
-        let h = hash(pointer);
-        self.shard(h).lock().insert(mangle(pointer), h, info)
+        let key = mangle(pointer);
+        let h = hash(key);
+        self.shard(h).lock().insert(key, h, info)
+    }
+
+    /// `add` with the info made by `make` while the pointer's shard is locked: what `make`
+    /// hands out (an interned backtrace id) is in the table before a collection of backtrace
+    /// records, which holds every shard, can look for it.
+    pub fn add_with(&self, key: Key, make: impl FnOnce() -> Info) -> bool {
+        let h = hash(key.0);
+        let mut shard = self.shard(h).lock();
+        let info = make();
+        shard.insert(key.0, h, info)
     }
 
     pub fn remove(&self, pointer: usize) -> Option<Info> {
         let key = mangle(pointer);
-        let h = hash(pointer);
+        let h = hash(key);
         self.shard(h).lock().remove(key, h)
     }
 
     pub fn get(&self, pointer: usize) -> Option<Info> {
         let key = mangle(pointer);
-        let h = hash(pointer);
+        let h = hash(key);
         self.shard(h).lock().get(key, h)
     }
 
@@ -360,7 +383,7 @@ impl Shard {
         let mut n = 0;
         for (b, bucket) in self.buckets().iter().enumerate() {
             for s in bucket.slots.iter().filter(|s| s.key != EMPTY) {
-                n += usize::from(self.home(hash(mangle(s.key))) != b);
+                n += usize::from(self.home(hash(s.key)) != b);
             }
         }
         n
@@ -372,7 +395,7 @@ impl Shard {
         let mut expected = vec![0u32; n];
         for (b, bucket) in self.buckets().iter().enumerate() {
             for s in bucket.slots.iter().filter(|s| s.key != EMPTY) {
-                let mut c = self.home(hash(mangle(s.key)));
+                let mut c = self.home(hash(s.key));
                 while c != b {
                     expected[c] += 1;
                     c = (c + 1) & (n - 1);
@@ -480,7 +503,7 @@ mod tests {
     fn keys_are_stored_mangled() {
         let t = Box::new(PointerTable::new());
         t.add(0x1000, info(1));
-        let shard = t.shard(hash(0x1000)).lock();
+        let shard = t.shard(hash(mangle(0x1000))).lock();
         assert!(shard.occupied().any(|s| s.key == !0x1000usize));
         assert!(!shard.occupied().any(|s| s.key == 0x1000));
     }

@@ -27,10 +27,14 @@ pub struct Snapshot {
     memory: Option<NonNull<Record>>,
     capacity: usize,
     len: usize,
+    /// The backtrace ids copied stay valid while the snapshot exists, though their blocks may
+    /// be freed meanwhile.
+    _pin: tracking::RecordPin,
 }
 
 impl Snapshot {
-    fn with_capacity(capacity: usize) -> Option<Snapshot> {
+    /// Pinned before the table is read (see `tracking::pin_records`).
+    fn with_capacity(capacity: usize, pin: tracking::RecordPin) -> Option<Snapshot> {
         let memory = if capacity == 0 {
             None
         } else {
@@ -40,6 +44,7 @@ impl Snapshot {
             memory,
             capacity,
             len: 0,
+            _pin: pin,
         })
     }
 
@@ -56,8 +61,9 @@ impl Snapshot {
 
     /// Every live allocation, unsorted and without frame counts, copied under the table's locks.
     pub fn take_unsorted() -> Option<Snapshot> {
+        let pin = tracking::pin_records();
         let table = POINTERS.lock_all();
-        let mut s = Snapshot::with_capacity(table.len())?;
+        let mut s = Snapshot::with_capacity(table.len(), pin)?;
         for (pointer, info) in table.iter() {
             s.push_entry(pointer, info);
         }
@@ -69,10 +75,11 @@ impl Snapshot {
     /// # Safety
     /// The calling thread must hold all of the live table's locks (malloc_disable).
     pub unsafe fn take_unsorted_held() -> Option<Snapshot> {
+        let pin = tracking::pin_records();
         let mut count = 0;
         // SAFETY: forwarded.
         unsafe { POINTERS.for_each_held(|_, _| count += 1) };
-        let mut s = Snapshot::with_capacity(count)?;
+        let mut s = Snapshot::with_capacity(count, pin)?;
         // SAFETY: forwarded.
         unsafe { POINTERS.for_each_held(|pointer, info| s.push_entry(pointer, info)) };
         Some(s)

@@ -210,6 +210,7 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     GATE.reset_in_child();
     crate::record::reset_in_child();
+    crate::tracking::reset_in_child();
     crate::backtrace::CAPTURES.reset_in_child();
     crate::state::reset_all_in_child();
     crate::backtrace::CAPTURES.open();

@@ -3,11 +3,11 @@
 
 use crate::backtrace::{self, BacktraceTable, Origin};
 use crate::config::bits;
-use crate::pointers::{Info, PointerTable};
+use crate::pointers::{Info, Key, PointerTable};
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
 use core::mem::MaybeUninit;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 pub static POINTERS: PointerTable = PointerTable::new();
 pub static BACKTRACES: BacktraceTable = BacktraceTable::new();
@@ -21,15 +21,6 @@ const ZYGOTE_BIT: u32 = 1 << 31;
 /// Decodes a stored size: (size, zygote child).
 pub fn decode_size(stored: u32) -> (usize, bool) {
     ((stored & !ZYGOTE_BIT) as usize, stored & ZYGOTE_BIT != 0)
-}
-
-/// Captures and interns the allocation backtrace if capture is on now. Must run before any of
-/// the library's locks is taken (the unwinder takes the dynamic loader's lock).
-fn allocation_backtrace(state: &State, origin: &Origin, size: usize) -> u32 {
-    if !state.has(bits::BACKTRACE) || !BACKTRACE_ENABLED.load(Ordering::Relaxed) {
-        return BT_OFF;
-    }
-    capture_interned(state, origin, size, state.config.backtrace_frames)
 }
 
 /// Room for one captured stack, left uninitialised: zeroing all MAX_FRAMES slots on every
@@ -111,42 +102,143 @@ impl FrameBuffer {
     }
 }
 
-/// Captures up to `frames` frames subject to the size filter; interned id or BT_EMPTY. Out of
-/// line so that its frame buffer is gone before the caller goes on: a 2 KiB frame left in
-/// `track` would push the table insertion's frames (which hold the new pointer) into stack the
-/// program may later leave dead but unscrubbed, where the unreachable scan finds them.
-#[inline(never)]
-fn capture_interned(state: &State, origin: &Origin, size: usize, frames: usize) -> u32 {
-    let mut buffer = FrameBuffer::new();
-    buffer.capture(state, origin, size, frames);
-    if buffer.frames().is_empty() {
-        return BT_EMPTY;
-    }
-    BACKTRACES.intern(buffer.frames()).unwrap_or(BT_EMPTY)
-}
-
 /// Records a live allocation of `size` bytes at `pointer`.
 pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
-    let backtrace_id = allocation_backtrace(state, origin, size);
     let mut stored = size.min(crate::alloc::MAX_SIZE) as u32;
     if state.zygote_child() {
         stored |= ZYGOTE_BIT;
     }
-    if !POINTERS.add(
-        pointer,
-        Info {
-            size: stored,
-            backtrace_id,
-        },
-    ) {
-        release_backtrace(backtrace_id);
+    if !state.has(bits::BACKTRACE) || !BACKTRACE_ENABLED.load(Ordering::Relaxed) {
+        POINTERS.add(
+            pointer,
+            Info {
+                size: stored,
+                backtrace_id: BT_OFF,
+            },
+        );
+        return;
+    }
+    track_with_backtrace(state, origin, Key::of(pointer), stored, size);
+    if BACKTRACES.collection_wanted() {
+        collect();
     }
 }
 
-pub fn release_backtrace(id: u32) {
-    if id > BT_EMPTY {
-        BACKTRACES.release(id);
+/// Captures the allocation backtrace (subject to the size filter) and records the allocation
+/// with its interned id (BT_EMPTY when nothing was captured). The capture runs before any of
+/// the library's locks is taken (the unwinder takes the dynamic loader's lock); the id is
+/// looked up under the live table's shard lock, so that a collection never misses it. Out of
+/// line, with its 2 KiB frame buffer, so that the caller's frame stays small; given the
+/// table's key, not the pointer, as the table's insertion runs below that buffer, deeper than
+/// a program's own stack use may ever clear again.
+#[inline(never)]
+fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, size: usize) {
+    let mut buffer = FrameBuffer::new();
+    buffer.capture(state, origin, size, state.config.backtrace_frames);
+    let frames = buffer.frames();
+    let hash = BacktraceTable::hash(frames);
+    POINTERS.add_with(key, || Info {
+        size: stored,
+        backtrace_id: if frames.is_empty() {
+            BT_EMPTY
+        } else {
+            BACKTRACES.intern_hashed(frames, hash).unwrap_or(BT_EMPTY)
+        },
+    });
+}
+
+// Collecting unused backtrace records (see backtrace/table.rs). A record is in use while an
+// entry of the live table names it; a collection holds every shard of the live table, so the
+// only ids it cannot see are those a thread holds outside the table: those of a snapshot
+// (pinned below) and those of a block that free, realloc or verification took out and may put
+// back (checked against `COLLECTIONS` when they do).
+
+/// Collections so far.
+static COLLECTIONS: AtomicU32 = AtomicU32::new(0);
+/// A collection is running (one at a time; the others go on allocating).
+static COLLECTING: AtomicBool = AtomicBool::new(false);
+/// Snapshots in use: while any is, nothing is collected.
+static PINS: AtomicUsize = AtomicUsize::new(0);
+
+#[cold]
+#[inline(never)]
+fn collect() {
+    if COLLECTING.swap(true, Ordering::Acquire) {
+        return;
     }
+    let table = POINTERS.lock_all();
+    // SeqCst, as the increment in `pin_records`: either it sees the pin, or the pinning thread
+    // reads the table after this collection (it waits for the shard locks held here).
+    if PINS.load(Ordering::SeqCst) == 0 {
+        COLLECTIONS.fetch_add(1, Ordering::Relaxed);
+        BACKTRACES.collect(|mark| {
+            for (_, info) in table.iter() {
+                if info.backtrace_id > BT_EMPTY {
+                    mark(info.backtrace_id);
+                }
+            }
+        });
+    } else {
+        BACKTRACES.postpone_collection(BACKTRACES.records());
+    }
+    // Cleared while the shards are still held: a fork (whose prepare handler takes them) never
+    // sees a collection in progress.
+    COLLECTING.store(false, Ordering::Release);
+    drop(table);
+}
+
+/// Keeps every backtrace record alive while a snapshot of the live table (which holds ids of
+/// blocks that may be freed meanwhile) is in use.
+pub struct RecordPin(());
+
+pub fn pin_records() -> RecordPin {
+    PINS.fetch_add(1, Ordering::SeqCst);
+    RecordPin(())
+}
+
+impl Drop for RecordPin {
+    fn drop(&mut self) {
+        // Saturating: a pin taken before a fork is not counted in the child (see reset_in_child).
+        let _ = PINS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+}
+
+/// Fork child: the other threads, and their pins, are gone.
+pub fn reset_in_child() {
+    PINS.store(0, Ordering::SeqCst);
+    COLLECTING.store(false, Ordering::Relaxed);
+}
+
+/// A block's record, taken out of the live table by free, realloc or verification.
+#[derive(Clone, Copy)]
+pub struct Untracked {
+    pub info: Info,
+    /// `COLLECTIONS` before the removal.
+    collections: u32,
+}
+
+/// Takes `pointer` out of the live table.
+pub fn untrack(pointer: usize) -> Option<Untracked> {
+    let collections = COLLECTIONS.load(Ordering::Relaxed);
+    POINTERS
+        .remove(pointer)
+        .map(|info| Untracked { info, collections })
+}
+
+/// Puts a record taken by `untrack` back (the block stays as it was). Its backtrace record may
+/// have been collected while it was out, if a collection ran meanwhile: then the allocation
+/// keeps its place in the table with "nothing recorded" for a backtrace.
+pub fn restore(pointer: usize, record: Untracked) {
+    POINTERS.add_with(Key::of(pointer), || {
+        let mut info = record.info;
+        if info.backtrace_id > BT_EMPTY
+            && COLLECTIONS.load(Ordering::Relaxed) != record.collections
+            && !BACKTRACES.contains(info.backtrace_id)
+        {
+            info.backtrace_id = BT_EMPTY;
+        }
+        info
+    });
 }
 
 pub fn is_live(pointer: usize) -> bool {

@@ -80,7 +80,7 @@ pub fn check_and_untrack(
     state: &State,
     pointer: usize,
     function: &str,
-) -> Option<Option<crate::pointers::Info>> {
+) -> Option<Option<tracking::Untracked>> {
     if !state.has(bits::TRACK_ALLOCS) {
         return check(state, pointer, function).then_some(None);
     }
@@ -92,14 +92,14 @@ fn untrack_checked(
     state: &State,
     pointer: usize,
     function: &str,
-) -> Option<Option<crate::pointers::Info>> {
-    let taken = tracking::POINTERS.remove(pointer);
+) -> Option<Option<tracking::Untracked>> {
+    let taken = tracking::untrack(pointer);
     match classify(state, pointer, taken.is_some()) {
         None => Some(taken),
         Some(problem) => {
             // Left exactly as found: the block stays allocated and tracked.
-            if let Some(info) = taken {
-                tracking::POINTERS.add(pointer, info);
+            if let Some(record) = taken {
+                tracking::restore(pointer, record);
             }
             report(state, pointer, function, problem);
             None

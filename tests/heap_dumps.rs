@@ -171,6 +171,49 @@ fn exit_dump_is_symbolized_and_agrees_with_leak_info() {
     }
 }
 
+#[test]
+fn blocks_keep_their_backtraces_while_unused_records_are_collected() {
+    // 24,576 allocations from 8192 distinct stacks, all but eight freed at once: the backtrace
+    // table passes its collection threshold (4096 records) several times, each collection
+    // freeing the records of freed blocks while the live ones keep theirs.
+    let exe = leaker();
+    let dir = scratch_dir("heap-dumps-churn");
+    let prefix = dir.join("heap");
+    let options = format!(
+        "backtrace leak_track backtrace_dump_on_exit backtrace_dump_prefix={}",
+        prefix.display()
+    );
+    let output = run_under_front(&exe, &["churn"], Some(&options), &[]);
+    assert_exit_code(&output, 0);
+    let path = dir.join(format!("heap.{}.exit.txt", output_pid(&output)));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), stderr_of(&output)));
+    let dump = parse_dump(&text);
+    // Call site i allocates 16 + (i & 63) bytes; the kept ones are i = 7 + 1024k.
+    let kept: Vec<&Record> = dump.records.iter().filter(|r| r.size == 23).collect();
+    assert_eq!(kept.len(), 8, "{text}");
+    let mut sites = Vec::new();
+    for r in &kept {
+        assert_eq!(r.num, 1, "{text}");
+        let names = symbolize(&dump, &r.frames, &exe);
+        assert_eq!(names[..2], ["alloc_at_site", "main"], "{text}");
+        // The program's first frame: the call site.
+        sites.push(
+            r.frames
+                .iter()
+                .find(|&&pc| symbolize(&dump, &[pc], &exe).len() == 1),
+        );
+    }
+    sites.sort();
+    sites.dedup();
+    assert_eq!(sites.len(), 8, "eight distinct call sites: {text}");
+    assert!(
+        !stderr_of(&output).contains("does not have matching frame data"),
+        "{}",
+        stderr_of(&output)
+    );
+}
+
 /// The pid of the program, from its malloc_debug log lines.
 fn output_pid(output: &std::process::Output) -> u32 {
     log_lines(&output.stderr)

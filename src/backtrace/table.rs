@@ -1,17 +1,26 @@
 //! Deduplicated backtrace records (abi §7.4): one record per distinct frame vector, shared by
-//! every allocation and free-track entry with that vector, reference counted, identified by an
-//! id that is never reused.
+//! every allocation with that vector, identified by an id that is never reused.
+//!
+//! Records carry no reference count. Counting cost every allocation and every free a lock and a
+//! write to a record that all threads allocating from the same place share (10–15% of a
+//! `backtrace` run, more on two threads). Instead the records nobody refers to are collected
+//! in batches: once the table holds twice as many records as survived the last collection,
+//! `collect` is handed every id still in use (the live table's) and frees the rest. The
+//! caller guarantees that no id is in flight outside what it hands over (see
+//! `tracking::collect_if_wanted`).
 //!
 //! The table is split into shards by the hash of the frame vector; each shard has its own lock,
 //! its own records and its own two indexes (frames → record, id → record). An id names its
-//! shard (`id = 2 + seq * SHARDS + shard`), so `retain`/`release` by id touch one shard and one
-//! lock only. All memory comes from mmap (records in size classes with free lists, indexes as
+//! shard (`id = 2 + seq * SHARDS + shard`), so a lookup by id touches one shard and one lock
+//! only. All memory comes from mmap (records in size classes with free lists, indexes as
 //! open-addressing tables that double when half full) and is bounded by `MAX_BYTES`.
 
 use crate::mutex::Mutex;
 use crate::pages;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
 
 const SHARDS: usize = 16;
 /// Upper bound on the memory the whole table may map.
@@ -23,30 +32,63 @@ const MAX_BYTES: usize = if cfg!(target_pointer_width = "64") {
 const CHUNK: usize = 256 * 1024;
 /// Frame-count capacities of the record size classes.
 const CLASSES: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+/// No collection below this many records: small tables are not worth a pass over the live
+/// table.
+const MIN_COLLECT_AT: usize = 4096;
 
+/// A record: read without a lock by `BacktraceTable::find_published` (id, len and frames, hence
+/// atomics), everything else under its shard's lock.
 #[repr(C)]
 struct Record {
-    id: u32,
-    len: u32,
-    count: u64,
+    id: AtomicU32,
+    len: AtomicU32,
+    /// Set while a collection finds the record in use.
+    marked: bool,
     hash: u64,
     /// Free-list link while free.
     next_free: *mut Record,
-    // followed by `capacity` usize frames
+    // followed by `capacity` frames (AtomicUsize)
 }
 
 const HEADER: usize = core::mem::size_of::<Record>();
 
 impl Record {
-    fn frames_ptr(this: *mut Record) -> *mut usize {
+    fn frames_ptr(this: *mut Record) -> *mut AtomicUsize {
         // SAFETY: the frames follow the header inside the same slot.
         unsafe { this.cast::<u8>().add(HEADER).cast() }
     }
+
     /// # Safety
-    /// `this` must be a live record.
+    /// `this` must be a live record and the caller must hold its shard's lock (frames are only
+    /// written under it).
     unsafe fn frames<'a>(this: *mut Record) -> &'a [usize] {
-        // SAFETY: a live record has `len` initialised frames.
-        unsafe { core::slice::from_raw_parts(Self::frames_ptr(this), (*this).len as usize) }
+        // SAFETY: a live record has `len` initialised frames; AtomicUsize has usize's layout,
+        // and no store can race with this view under the lock.
+        unsafe {
+            let len = (*this).len.load(Ordering::Relaxed) as usize;
+            core::slice::from_raw_parts(Self::frames_ptr(this).cast::<usize>(), len)
+        }
+    }
+
+    /// Whether the record holds `frames`, read without the lock: the answer is only to be
+    /// trusted if the shard's version did not change meanwhile.
+    ///
+    /// # Safety
+    /// `this` must be a record slot (live or free: slots are never unmapped) of a size class
+    /// whose every record had at most as many frames as the class holds.
+    unsafe fn holds(this: *mut Record, frames: &[usize]) -> bool {
+        // SAFETY: any len ever stored in this slot fits its class, so once it equals
+        // frames.len() the reads below stay inside the slot.
+        unsafe {
+            if (*this).len.load(Ordering::Relaxed) as usize != frames.len() {
+                return false;
+            }
+            let stored = Self::frames_ptr(this);
+            frames
+                .iter()
+                .enumerate()
+                .all(|(i, &f)| (*stored.add(i)).load(Ordering::Relaxed) == f)
+        }
     }
 }
 
@@ -72,37 +114,78 @@ unsafe fn unmap_counted(p: NonNull<u8>, bytes: usize) {
     MAPPED.fetch_sub(bytes, Ordering::Relaxed);
 }
 
-/// Open-addressing table of (key, record) with linear probing and backward-shift deletion.
-/// Keys may repeat (frame hashes collide); a slot is empty when its record is null.
+/// One slot of an index: a key (frame hash or id) and its record, null when empty.
+#[repr(C)]
+struct Slot {
+    key: AtomicU64,
+    rec: AtomicPtr<Record>,
+}
+
+/// Bytes before the slots in an index mapping: the capacity, then padding.
+const INDEX_HEADER: usize = 16;
+
+/// The slots of an index mapping (empty for null). Mappings of the frames index are never
+/// unmapped, so a reader without the lock may hold an old one.
+///
+/// # Safety
+/// `map` is null or an index mapping that is still mapped.
+unsafe fn slots_of<'a>(map: *mut usize) -> &'a [Slot] {
+    if map.is_null() {
+        return &[];
+    }
+    // SAFETY: the mapping starts with its capacity, written before it was published, and
+    // holds that many slots after the header.
+    unsafe {
+        let cap = *map;
+        core::slice::from_raw_parts(map.cast::<u8>().add(INDEX_HEADER).cast::<Slot>(), cap)
+    }
+}
+
+/// Probes `slots` for `key` until `f` accepts a record; safe to run without the lock (it only
+/// loads), bounded by the capacity.
+fn probe(slots: &[Slot], key: u64, mut f: impl FnMut(*mut Record) -> bool) -> Option<*mut Record> {
+    let cap = slots.len();
+    if cap == 0 {
+        return None;
+    }
+    let mut i = (mix(key) as usize) & (cap - 1);
+    for _ in 0..cap {
+        let r = slots[i].rec.load(Ordering::Acquire);
+        if r.is_null() {
+            return None;
+        }
+        if slots[i].key.load(Ordering::Relaxed) == key && f(r) {
+            return Some(r);
+        }
+        i = (i + 1) & (cap - 1);
+    }
+    None
+}
+
+/// Open-addressing table of (key, record) with linear probing and backward-shift deletion,
+/// changed only under its shard's lock. Keys may repeat (frame hashes collide).
 struct Index {
-    slots: *mut (u64, *mut Record),
+    /// The current mapping (see `slots_of`).
+    map: *mut usize,
     cap: usize,
     len: usize,
+    /// Old mappings stay mapped: readers without the lock may still be probing them.
+    keep_old_maps: bool,
 }
 
 impl Index {
-    const fn new() -> Self {
+    const fn new(keep_old_maps: bool) -> Self {
         Index {
-            slots: core::ptr::null_mut(),
+            map: core::ptr::null_mut(),
             cap: 0,
             len: 0,
+            keep_old_maps,
         }
     }
 
-    fn slots(&self) -> &[(u64, *mut Record)] {
-        if self.slots.is_null() {
-            return &[];
-        }
-        // SAFETY: `cap` slots mapped by `grow`, owned by this index (accessed under its shard lock).
-        unsafe { core::slice::from_raw_parts(self.slots, self.cap) }
-    }
-
-    fn slots_mut(&mut self) -> &mut [(u64, *mut Record)] {
-        if self.slots.is_null() {
-            return &mut [];
-        }
-        // SAFETY: as above; &mut self gives exclusive access.
-        unsafe { core::slice::from_raw_parts_mut(self.slots, self.cap) }
+    fn slots(&self) -> &[Slot] {
+        // SAFETY: the current mapping is mapped.
+        unsafe { slots_of(self.map) }
     }
 
     fn home(&self, key: u64) -> usize {
@@ -110,35 +193,22 @@ impl Index {
     }
 
     /// Calls `f` for each record stored under `key` until it returns true.
-    fn find(&self, key: u64, mut f: impl FnMut(*mut Record) -> bool) -> Option<*mut Record> {
-        if self.cap == 0 {
-            return None;
-        }
-        let slots = self.slots();
-        let mut i = self.home(key);
-        loop {
-            let (k, r) = slots[i];
-            if r.is_null() {
-                return None;
-            }
-            if k == key && f(r) {
-                return Some(r);
-            }
-            i = (i + 1) & (self.cap - 1);
-        }
+    fn find(&self, key: u64, f: impl FnMut(*mut Record) -> bool) -> Option<*mut Record> {
+        probe(self.slots(), key, f)
     }
 
     fn insert(&mut self, key: u64, rec: *mut Record) -> bool {
         if (self.len + 1) * 2 > self.cap && !self.grow() {
             return false;
         }
-        let cap = self.cap;
         let mut i = self.home(key);
-        let slots = self.slots_mut();
-        while !slots[i].1.is_null() {
-            i = (i + 1) & (cap - 1);
+        let slots = self.slots();
+        while !slots[i].rec.load(Ordering::Relaxed).is_null() {
+            i = (i + 1) & (self.cap - 1);
         }
-        slots[i] = (key, rec);
+        slots[i].key.store(key, Ordering::Relaxed);
+        // Release: a reader that sees the record sees its key and contents.
+        slots[i].rec.store(rec, Ordering::Release);
         self.len += 1;
         true
     }
@@ -149,9 +219,9 @@ impl Index {
         }
         let mask = self.cap - 1;
         let mut i = self.home(key);
-        let slots = self.slots_mut();
+        let slots = self.slots();
         loop {
-            let (_, r) = slots[i];
+            let r = slots[i].rec.load(Ordering::Relaxed);
             if r.is_null() {
                 return;
             }
@@ -160,55 +230,81 @@ impl Index {
             }
             i = (i + 1) & mask;
         }
-        // Backward-shift: pull later members of the probe run into the hole.
+        self.remove_at(i);
+    }
+
+    /// Empties occupied slot `i`, pulling later members of its probe run into the hole
+    /// (backward shift). An entry may move from after `i` to `i`, or (wrapping round) from
+    /// the start of the array to its end. Readers without the lock may miss entries meanwhile:
+    /// the shard's version tells them.
+    fn remove_at(&mut self, i: usize) {
+        let mask = self.cap - 1;
+        let slots = self.slots();
         let mut hole = i;
         let mut j = (i + 1) & mask;
         loop {
-            let (k, r) = slots[j];
+            let r = slots[j].rec.load(Ordering::Relaxed);
             if r.is_null() {
                 break;
             }
+            let k = slots[j].key.load(Ordering::Relaxed);
             let h = (mix(k) as usize) & mask;
             // Move j into the hole if its home is not in (hole, j] cyclically.
             let dist_home = j.wrapping_sub(h) & mask;
             let dist_hole = j.wrapping_sub(hole) & mask;
             if dist_home >= dist_hole {
-                slots[hole] = slots[j];
+                slots[hole].key.store(k, Ordering::Relaxed);
+                slots[hole].rec.store(r, Ordering::Release);
                 hole = j;
             }
             j = (j + 1) & mask;
         }
-        slots[hole] = (0, core::ptr::null_mut());
+        slots[hole]
+            .rec
+            .store(core::ptr::null_mut(), Ordering::Release);
+        slots[hole].key.store(0, Ordering::Relaxed);
         self.len -= 1;
+    }
+
+    fn map_bytes(cap: usize) -> usize {
+        INDEX_HEADER + cap * size_of::<Slot>()
     }
 
     fn grow(&mut self) -> bool {
         let new_cap = if self.cap == 0 { 1024 } else { self.cap * 2 };
-        let bytes = new_cap * core::mem::size_of::<(u64, *mut Record)>();
-        let Some(p) = map_counted(bytes) else {
+        let Some(p) = map_counted(Self::map_bytes(new_cap)) else {
             return false;
         };
-        let old = (self.slots, self.cap);
-        self.slots = p.as_ptr().cast();
-        self.cap = new_cap;
-        self.len = 0;
-        if !old.0.is_null() {
-            // SAFETY: the old table had `old.1` slots.
-            let old_slots = unsafe { core::slice::from_raw_parts(old.0, old.1) };
-            for &(k, r) in old_slots {
-                if !r.is_null() {
-                    let mut i = self.home(k);
-                    let slots = self.slots_mut();
-                    while !slots[i].1.is_null() {
-                        i = (i + 1) & (new_cap - 1);
-                    }
-                    slots[i] = (k, r);
-                    self.len += 1;
-                }
+        let new_map = p.as_ptr().cast::<usize>();
+        // SAFETY: a fresh mapping of at least INDEX_HEADER bytes, not yet shared.
+        unsafe { *new_map = new_cap };
+        let (old_map, old_cap) = (self.map, self.cap);
+        // SAFETY: the new mapping was just initialised; the old one is still mapped.
+        let (slots, old_slots) = unsafe { (slots_of(new_map), slots_of(old_map)) };
+        for old in old_slots {
+            let r = old.rec.load(Ordering::Relaxed);
+            if r.is_null() {
+                continue;
             }
-            let old_bytes = old.1 * core::mem::size_of::<(u64, *mut Record)>();
-            // SAFETY: the old table was mapped by map_counted with these bytes.
-            unsafe { unmap_counted(NonNull::new_unchecked(old.0.cast()), old_bytes) };
+            let k = old.key.load(Ordering::Relaxed);
+            let mut i = (mix(k) as usize) & (new_cap - 1);
+            while !slots[i].rec.load(Ordering::Relaxed).is_null() {
+                i = (i + 1) & (new_cap - 1);
+            }
+            slots[i].key.store(k, Ordering::Relaxed);
+            slots[i].rec.store(r, Ordering::Relaxed);
+        }
+        self.map = new_map;
+        self.cap = new_cap;
+        if !old_map.is_null() && !self.keep_old_maps {
+            // SAFETY: the old mapping came from map_counted with these bytes, and only lock
+            // holders (us) ever read it.
+            unsafe {
+                unmap_counted(
+                    NonNull::new_unchecked(old_map.cast()),
+                    Self::map_bytes(old_cap),
+                )
+            };
         }
         true
     }
@@ -257,8 +353,8 @@ unsafe impl Send for Shard {}
 impl Shard {
     const fn new() -> Self {
         Shard {
-            by_frames: Index::new(),
-            by_id: Index::new(),
+            by_frames: Index::new(true),
+            by_id: Index::new(false),
             free: [core::ptr::null_mut(); CLASSES.len()],
             bump: core::ptr::null_mut(),
             bump_left: 0,
@@ -295,7 +391,7 @@ impl Shard {
     fn free_record(&mut self, r: *mut Record) {
         // SAFETY: r is a live record of this shard, about to become free.
         unsafe {
-            if let Some(class) = Self::class_of((*r).len as usize) {
+            if let Some(class) = Self::class_of((*r).len.load(Ordering::Relaxed) as usize) {
                 (*r).next_free = self.free[class];
                 self.free[class] = r;
             }
@@ -304,12 +400,63 @@ impl Shard {
 
     fn find_id(&self, id: u32) -> Option<*mut Record> {
         // SAFETY: index members are live records.
-        self.by_id.find(id as u64, |r| unsafe { (*r).id == id })
+        self.by_id.find(id as u64, |r| unsafe {
+            (*r).id.load(Ordering::Relaxed) == id
+        })
     }
+
+    /// Frees every unmarked record and clears the marks of the rest; returns how many remain.
+    /// `version` is odd meanwhile (readers without the lock check it).
+    fn sweep(&mut self, version: &AtomicU64) -> usize {
+        let v = version.load(Ordering::Relaxed);
+        version.store(v + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        let mut i = 0;
+        while i < self.by_id.cap {
+            let r = self.by_id.slots()[i].rec.load(Ordering::Relaxed);
+            // SAFETY: index members are live records, under the shard lock.
+            if r.is_null() || unsafe { (*r).marked } {
+                i += 1;
+                continue;
+            }
+            // SAFETY: as above.
+            let hash = unsafe { (*r).hash };
+            self.by_frames.remove(hash, r);
+            self.by_id.remove_at(i);
+            self.free_record(r);
+            self.live -= 1;
+            // Slot i may now hold a later member of its run: look at it again. (A survivor
+            // from the start of the array may be seen twice, hence marks are cleared apart.)
+        }
+        version.store(v + 2, Ordering::Release);
+        for slot in self.by_id.slots() {
+            let r = slot.rec.load(Ordering::Relaxed);
+            if !r.is_null() {
+                // SAFETY: as above.
+                unsafe { (*r).marked = false };
+            }
+        }
+        self.live
+    }
+}
+
+/// What readers without the lock see of a shard.
+#[repr(align(64))]
+struct Published {
+    /// The frames index's current mapping (see `slots_of`).
+    frames_map: AtomicPtr<usize>,
+    /// Odd while a collection frees records of the shard; changes with every collection.
+    version: AtomicU64,
 }
 
 pub struct BacktraceTable {
     shards: [Mutex<Shard>; SHARDS],
+    published: [Published; SHARDS],
+    /// Records in all shards (written when one is made or collected).
+    records: AtomicUsize,
+    /// A collection is due once `records` passes this.
+    collect_at: AtomicUsize,
+    collection_wanted: AtomicBool,
 }
 
 /// Ids 0 and 1 are the "capture off" and "nothing recorded" slot values.
@@ -329,17 +476,42 @@ impl BacktraceTable {
     pub const fn new() -> Self {
         BacktraceTable {
             shards: [const { Mutex::new(Shard::new()) }; SHARDS],
+            published: [const {
+                Published {
+                    frames_map: AtomicPtr::new(core::ptr::null_mut()),
+                    version: AtomicU64::new(0),
+                }
+            }; SHARDS],
+            records: AtomicUsize::new(0),
+            collect_at: AtomicUsize::new(MIN_COLLECT_AT),
+            collection_wanted: AtomicBool::new(false),
         }
     }
 
-    /// The id of this frame vector (its count incremented), or None when out of memory or ids.
+    /// The hash `intern` files a frame vector under (computed apart so that callers can do it
+    /// before taking their own locks).
+    pub fn hash(frames: &[usize]) -> u64 {
+        hash_frames(frames)
+    }
+
+    /// The id of this frame vector, or None when out of memory or ids. The id stays valid as
+    /// long as a collection finds it in use; so the caller must store it where `collect`'s
+    /// caller looks before a collection can start.
+    #[cfg(test)]
     pub fn intern(&self, frames: &[usize]) -> Option<u32> {
+        self.intern_hashed(frames, hash_frames(frames))
+    }
+
+    /// `intern` with the frames' `hash` from `BacktraceTable::hash`.
+    pub fn intern_hashed(&self, frames: &[usize], hash: u64) -> Option<u32> {
         let class = Shard::class_of(frames.len())?;
         if frames.is_empty() {
             return None;
         }
-        let hash = hash_frames(frames);
         let s = (hash >> 60) as usize % SHARDS;
+        if let Some(id) = self.find_published(s, hash, frames) {
+            return Some(id);
+        }
         let mut shard = self.shards[s].lock();
         // SAFETY: index members are live records.
         if let Some(r) = shard
@@ -347,75 +519,123 @@ impl BacktraceTable {
             .find(hash, |r| unsafe { Record::frames(r) == frames })
         {
             // SAFETY: live record, under the shard lock.
-            unsafe { (*r).count += 1 };
-            // SAFETY: as above.
-            return Some(unsafe { (*r).id });
+            return Some(unsafe { (*r).id.load(Ordering::Relaxed) });
         }
         let seq = shard.next_seq;
         let id = (seq as u64 * SHARDS as u64 + s as u64 + FIRST_ID as u64)
             .try_into()
             .ok()?;
         let r = shard.alloc(class)?;
-        // SAFETY: r is a fresh slot with room for CLASSES[class] >= frames.len() frames.
+        // A reader without the lock may still be comparing this slot's old contents (it was
+        // freed by a collection): the fence orders that collection's version change before
+        // the stores below, so a reader that sees any of them sees the new version too.
+        fence(Ordering::Release);
+        // SAFETY: r is a slot with room for CLASSES[class] >= frames.len() frames; id, len
+        // and frames are stored atomically (see `Record::holds`), the rest is ours under the
+        // lock.
         unsafe {
-            r.write(Record {
-                id,
-                len: frames.len() as u32,
-                count: 1,
-                hash,
-                next_free: core::ptr::null_mut(),
-            });
-            core::ptr::copy_nonoverlapping(frames.as_ptr(), Record::frames_ptr(r), frames.len());
+            (*r).id.store(id, Ordering::Relaxed);
+            (*r).len.store(frames.len() as u32, Ordering::Relaxed);
+            core::ptr::addr_of_mut!((*r).marked).write(false);
+            core::ptr::addr_of_mut!((*r).hash).write(hash);
+            core::ptr::addr_of_mut!((*r).next_free).write(core::ptr::null_mut());
+            let stored = Record::frames_ptr(r);
+            for (i, &f) in frames.iter().enumerate() {
+                (*stored.add(i)).store(f, Ordering::Relaxed);
+            }
+        }
+        // The frames index last: once a reader without the lock finds the record there, it is
+        // complete and has its id.
+        if !shard.by_id.insert(id as u64, r) {
+            shard.free_record(r);
+            return None;
         }
         if !shard.by_frames.insert(hash, r) {
+            shard.by_id.remove(id as u64, r);
             shard.free_record(r);
             return None;
         }
-        if !shard.by_id.insert(id as u64, r) {
-            shard.by_frames.remove(hash, r);
-            shard.free_record(r);
-            return None;
-        }
+        self.published[s]
+            .frames_map
+            .store(shard.by_frames.map, Ordering::Release);
         shard.next_seq = seq + 1;
         shard.live += 1;
+        drop(shard);
+        let records = self.records.fetch_add(1, Ordering::Relaxed) + 1;
+        if records > self.collect_at.load(Ordering::Relaxed) {
+            self.collection_wanted.store(true, Ordering::Relaxed);
+        }
         Some(id)
     }
 
-    /// One more reference to `id` (realloc re-recording the same backtrace).
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by the unit tests"))]
-    pub fn retain(&self, id: u32) {
-        let Some(s) = shard_of_id(id) else { return };
-        let shard = self.shards[s].lock();
-        match shard.find_id(id) {
-            // SAFETY: live record, under the shard lock.
-            Some(r) => unsafe { (*r).count += 1 },
-            None => missing(id),
+    /// The id of `frames` if shard `s` holds it, found without the lock (a seqlock read:
+    /// `None` also when a collection got in the way; the caller then looks under the lock).
+    fn find_published(&self, s: usize, hash: u64, frames: &[usize]) -> Option<u32> {
+        let published = &self.published[s];
+        let version = published.version.load(Ordering::Acquire);
+        if version & 1 != 0 {
+            return None;
         }
+        let map = published.frames_map.load(Ordering::Acquire);
+        // SAFETY: frames-index mappings are never unmapped; records are slots of mappings that
+        // are never unmapped either, filled within their class (`Record::holds`).
+        let id = unsafe {
+            let r = probe(slots_of(map), hash, |r| Record::holds(r, frames))?;
+            (*r).id.load(Ordering::Relaxed)
+        };
+        fence(Ordering::Acquire);
+        // Unchanged: no collection freed (let alone reused) the record while it was compared.
+        (published.version.load(Ordering::Relaxed) == version).then_some(id)
     }
 
-    /// One reference fewer; the record is freed at zero.
-    pub fn release(&self, id: u32) {
-        let Some(s) = shard_of_id(id) else {
-            missing(id);
-            return;
-        };
-        let mut shard = self.shards[s].lock();
-        let Some(r) = shard.find_id(id) else {
-            drop(shard);
-            missing(id);
-            return;
-        };
-        // SAFETY: live record, under the shard lock.
-        unsafe {
-            (*r).count -= 1;
-            if (*r).count == 0 {
-                let hash = (*r).hash;
-                shard.by_frames.remove(hash, r);
-                shard.by_id.remove(id as u64, r);
-                shard.free_record(r);
-                shard.live -= 1;
+    /// True once enough records were made since the last collection (a relaxed load of a line
+    /// that is written about once per new record).
+    #[inline]
+    pub fn collection_wanted(&self) -> bool {
+        self.collection_wanted.load(Ordering::Relaxed)
+    }
+
+    /// Frees every record whose id `mark_in_use` does not pass to the function it is given,
+    /// and sets the next collection at twice the survivors. The caller must hold off everything
+    /// that could store an id it does not report (the live table's locks, for the live table).
+    pub fn collect(&self, mark_in_use: impl FnOnce(&mut dyn FnMut(u32))) {
+        let mut shards: [_; SHARDS] = core::array::from_fn(|i| self.shards[i].lock());
+        mark_in_use(&mut |id| {
+            let Some(s) = shard_of_id(id) else { return };
+            if let Some(r) = shards[s].find_id(id) {
+                // SAFETY: live record, under its shard's lock.
+                unsafe { (*r).marked = true };
             }
-        }
+        });
+        let survivors: usize = shards
+            .iter_mut()
+            .zip(&self.published)
+            .map(|(s, p)| s.sweep(&p.version))
+            .sum();
+        self.records.store(survivors, Ordering::Relaxed);
+        self.postpone_collection(survivors);
+    }
+
+    /// Sets the next collection at twice `records` (when a collection could not run now).
+    pub fn postpone_collection(&self, records: usize) {
+        self.collect_at.store(
+            records.saturating_mul(2).max(MIN_COLLECT_AT),
+            Ordering::Relaxed,
+        );
+        self.collection_wanted.store(false, Ordering::Relaxed);
+    }
+
+    /// Records currently held (including those a collection would free).
+    pub fn records(&self) -> usize {
+        self.records.load(Ordering::Relaxed)
+    }
+
+    /// Whether `id` names a record (it may have been collected since it was read).
+    pub fn contains(&self, id: u32) -> bool {
+        let Some(s) = shard_of_id(id) else {
+            return false;
+        };
+        self.shards[s].lock().find_id(id).is_some()
     }
 
     /// Calls `f` with the frames of `id` (under the shard lock: `f` must not use the table).
@@ -425,15 +645,6 @@ impl BacktraceTable {
         let r = shard.find_id(id)?;
         // SAFETY: live record, under the shard lock.
         Some(f(unsafe { Record::frames(r) }))
-    }
-
-    /// Reference count of `id` (0 if unknown).
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by the unit tests"))]
-    pub fn count(&self, id: u32) -> u64 {
-        let Some(s) = shard_of_id(id) else { return 0 };
-        let shard = self.shards[s].lock();
-        // SAFETY: live record, under the shard lock.
-        shard.find_id(id).map_or(0, |r| unsafe { (*r).count })
     }
 
     /// Number of distinct live records.
@@ -457,17 +668,17 @@ impl BacktraceTable {
     }
 }
 
-#[cold]
-fn missing(id: u32) {
-    crate::log::log_error!("hash_index {} does not have matching frame data.", id);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Collects, keeping exactly `keep`.
+    fn collect_keeping(t: &BacktraceTable, keep: &[u32]) {
+        t.collect(|mark| keep.iter().for_each(|&id| mark(id)));
+    }
+
     #[test]
-    fn intern_dedups_and_counts() {
+    fn intern_dedups() {
         let t = Box::new(BacktraceTable::new());
         let a = t.intern(&[1, 2, 3]).unwrap();
         let b = t.intern(&[1, 2, 3]).unwrap();
@@ -475,23 +686,30 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert!(a >= 2 && c >= 2);
-        assert_eq!(t.count(a), 2);
-        t.retain(a);
-        assert_eq!(t.count(a), 3);
         assert_eq!(t.with_frames(a, |f| f.to_vec()), Some(vec![1, 2, 3]));
-        t.release(a);
-        t.release(a);
-        assert_eq!(t.count(a), 1);
-        t.release(a);
-        assert_eq!(t.count(a), 0);
-        assert_eq!(t.with_frames(a, |f| f.len()), None);
-        assert_eq!(t.len(), 1);
-        // Re-interning after the record died gives a new id: ids are never reused.
-        let d = t.intern(&[1, 2, 3]).unwrap();
-        assert_ne!(d, a);
+        assert_eq!(t.len(), 2);
         assert!(t.intern(&[]).is_none());
         assert!(t.intern(&[0; 257]).is_none());
         assert!(t.intern(&[7; 256]).is_some());
+    }
+
+    #[test]
+    fn collection_frees_what_is_not_in_use_and_ids_are_never_reused() {
+        let t = Box::new(BacktraceTable::new());
+        let a = t.intern(&[1, 2, 3]).unwrap();
+        let c = t.intern(&[1, 2]).unwrap();
+        collect_keeping(&t, &[c, 12345, 0, 1]);
+        assert_eq!(t.with_frames(a, |f| f.len()), None);
+        assert!(!t.contains(a));
+        assert_eq!(t.with_frames(c, |f| f.to_vec()), Some(vec![1, 2]));
+        assert_eq!((t.len(), t.records()), (1, 1));
+        // Re-interning after the record died gives a new id.
+        let d = t.intern(&[1, 2, 3]).unwrap();
+        assert_ne!(d, a);
+        assert_eq!(t.intern(&[1, 2]), Some(c));
+        // Marks do not survive a collection: c is freed by the next one that does not name it.
+        collect_keeping(&t, &[d]);
+        assert!(!t.contains(c) && t.contains(d));
     }
 
     #[test]
@@ -511,10 +729,9 @@ mod tests {
     #[test]
     fn unknown_ids_are_harmless() {
         let t = Box::new(BacktraceTable::new());
-        t.release(0);
-        t.release(12345);
-        t.retain(99);
         assert_eq!(t.with_frames(5, |_| ()), None);
+        assert!(!t.contains(0) && !t.contains(99));
+        collect_keeping(&t, &[0, 1, 99]);
     }
 
     #[test]
@@ -529,13 +746,18 @@ mod tests {
             ids.push((id, frames));
         }
         assert_eq!(t.len(), 50_000);
-        for (id, frames) in ids.iter().step_by(2) {
-            assert_eq!(t.with_frames(*id, |f| f == &frames[..]), Some(true));
-            t.release(*id);
-        }
-        assert_eq!(t.len(), 25_000);
-        for (id, frames) in ids.iter().skip(1).step_by(2) {
-            assert_eq!(t.with_frames(*id, |f| f == &frames[..]), Some(true));
+        assert!(t.collection_wanted());
+        // Keep the odd ones: every probe run of both indexes loses members mid-run.
+        let kept: Vec<u32> = ids.iter().skip(1).step_by(2).map(|(id, _)| *id).collect();
+        collect_keeping(&t, &kept);
+        assert!(!t.collection_wanted());
+        assert_eq!((t.len(), t.records()), (25_000, 25_000));
+        for (i, (id, frames)) in ids.iter().enumerate() {
+            let found = t.with_frames(*id, |f| f == &frames[..]);
+            assert_eq!(found, (i % 2 == 1).then_some(true), "record {i}");
+            // The frames index agrees: a kept vector interns to its id, a freed one to a new id.
+            let again = t.intern(frames).unwrap();
+            assert_eq!(again == *id, i % 2 == 1, "record {i}");
         }
         for i in 0..25_000usize {
             let id = t.intern(&[i, 99, 98]).unwrap();
@@ -544,12 +766,28 @@ mod tests {
     }
 
     #[test]
+    fn the_next_collection_waits_for_twice_the_survivors() {
+        let t = Box::new(BacktraceTable::new());
+        let ids: Vec<u32> = (0..MIN_COLLECT_AT + 1)
+            .map(|i| t.intern(&[i, 5]).unwrap())
+            .collect();
+        assert!(t.collection_wanted());
+        collect_keeping(&t, &ids);
+        assert!(!t.collection_wanted());
+        for i in 0..MIN_COLLECT_AT + 1 {
+            t.intern(&[i, 6]).unwrap();
+            assert!(!t.collection_wanted(), "{i}");
+        }
+        t.intern(&[0, 7]).unwrap();
+        assert!(t.collection_wanted());
+    }
+
+    #[test]
     fn many_threads_interning() {
         let t: &'static BacktraceTable = Box::leak(Box::new(BacktraceTable::new()));
         let threads: Vec<_> = (0..8usize)
             .map(|th| {
                 std::thread::spawn(move || {
-                    let mut mine = vec![];
                     for i in 0..20_000usize {
                         // Half shared among threads, half private.
                         let frames = if i % 2 == 0 {
@@ -559,10 +797,6 @@ mod tests {
                         };
                         let id = t.intern(&frames).unwrap();
                         assert_eq!(t.with_frames(id, |f| f == &frames[..]), Some(true));
-                        mine.push(id);
-                    }
-                    for id in mine {
-                        t.release(id);
                     }
                 })
             })
@@ -570,7 +804,48 @@ mod tests {
         for th in threads {
             th.join().unwrap();
         }
+        assert_eq!(t.len(), 50 + 8 * 10_000);
+        collect_keeping(t, &[]);
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn readers_without_the_lock_never_take_another_vectors_id() {
+        // One thread collects everything over and over, so record slots are freed and refilled
+        // with other vectors of the same size class while the others look them up without the
+        // lock: an id handed out must name the vector asked for (or nothing, once collected).
+        let t: &'static BacktraceTable = Box::leak(Box::new(BacktraceTable::new()));
+        let done: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let collector = std::thread::spawn(move || {
+            let mut collections = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                collect_keeping(t, &[]);
+                collections += 1;
+                // Let the readers at the locks (the shard mutexes are not fair).
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            collections
+        });
+        let readers: Vec<_> = (0..4usize)
+            .map(|th| {
+                std::thread::spawn(move || {
+                    for i in 0..40_000usize {
+                        let frames = [i % 97, th, 3, 4 + i % 5];
+                        let id = t.intern(&frames).unwrap();
+                        let named = t.with_frames(id, |f| f.to_vec());
+                        assert!(
+                            named.as_ref().is_none_or(|f| *f == frames),
+                            "{id}: {named:?}"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for r in readers {
+            r.join().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        assert!(collector.join().unwrap() > 0);
     }
 
     #[test]
@@ -579,6 +854,6 @@ mod tests {
         let id = t.intern(&[5]).unwrap();
         t.lock_raw();
         t.unlock_raw();
-        assert_eq!(t.count(id), 1);
+        assert!(t.contains(id));
     }
 }

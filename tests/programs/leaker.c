@@ -1,6 +1,9 @@
 // A real program for the backtrace dumps under the glibc front.
 //   leaker exit          leaks from leaky_function, prints the totals the front's exported
 //                        get_malloc_leak_info reports, then exits (exit dump).
+//   leaker churn         allocates from 8192 distinct call sites three times over, freeing all
+//                        but eight blocks of the last round (backtrace records are collected
+//                        on the way; the eight must keep theirs), then exits (exit dump).
 //   leaker signal PATH   runs allocating threads and waits until PATH exists (the test sends
 //                        SIGRTMAX-17 once "ready" is printed).
 #define _GNU_SOURCE
@@ -12,6 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "call_sites.h"
 
 typedef void (*get_fn)(uint8_t**, size_t*, size_t*, size_t*, size_t*);
 typedef void (*free_fn)(uint8_t*);
@@ -31,6 +36,19 @@ static void* churn(void* arg) {
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "churn") == 0) {
+    for (int round = 0; round < 3; round++) {
+      for (unsigned i = 0; i < CALL_SITES; i++) {
+        void* p = alloc_at_site(i);
+        if (round == 2 && i % 1024 == 7) {
+          sink[i / 1024] = p;
+        } else {
+          free(p);
+        }
+      }
+    }
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "exit") == 0) {
     // No stdio here: glibc frees stdout's buffer at exit, after the leak info was taken.
     for (int i = 0; i < 30; i++) leaky_function(i);
