@@ -122,22 +122,28 @@ fn symbolize(dump: &Dump, frames: &[u64], exe: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn exit_dump_is_symbolized_and_agrees_with_leak_info() {
-    let exe = leaker();
-    let dir = scratch_dir("heap-dumps-exit");
+/// Runs `leaker MODE` with backtrace, leak_track and an exit dump; its output and the dump.
+fn run_to_exit_dump(exe: &Path, mode: &str) -> (std::process::Output, String) {
+    let dir = scratch_dir(&format!("heap-dumps-{mode}"));
     let prefix = dir.join("heap");
     let options = format!(
         "backtrace leak_track backtrace_dump_on_exit backtrace_dump_prefix={}",
         prefix.display()
     );
-    let output = run_under_front(&exe, &["exit"], Some(&options), &[]);
+    let output = run_under_front(exe, &[mode], Some(&options), &[]);
     assert_exit_code(&output, 0);
-    let out = stdout_of(&output);
-    let line = out.lines().find(|l| l.starts_with("total=")).unwrap();
     let path = dir.join(format!("heap.{}.exit.txt", output_pid(&output)));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), stderr_of(&output)));
+    (output, text)
+}
+
+#[test]
+fn exit_dump_is_symbolized_and_agrees_with_leak_info() {
+    let exe = leaker();
+    let (output, text) = run_to_exit_dump(&exe, "exit");
+    let out = stdout_of(&output);
+    let line = out.lines().find(|l| l.starts_with("total=")).unwrap();
     let dump = parse_dump(&text);
     assert_eq!(
         line,
@@ -177,17 +183,7 @@ fn blocks_keep_their_backtraces_while_unused_records_are_collected() {
     // table passes its collection threshold (4096 records) several times, each collection
     // freeing the records of freed blocks while the live ones keep theirs.
     let exe = leaker();
-    let dir = scratch_dir("heap-dumps-churn");
-    let prefix = dir.join("heap");
-    let options = format!(
-        "backtrace leak_track backtrace_dump_on_exit backtrace_dump_prefix={}",
-        prefix.display()
-    );
-    let output = run_under_front(&exe, &["churn"], Some(&options), &[]);
-    assert_exit_code(&output, 0);
-    let path = dir.join(format!("heap.{}.exit.txt", output_pid(&output)));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), stderr_of(&output)));
+    let (output, text) = run_to_exit_dump(&exe, "churn");
     let dump = parse_dump(&text);
     // Call site i allocates 16 + (i & 63) bytes; the kept ones are i = 7 + 1024k.
     let kept: Vec<&Record> = dump.records.iter().filter(|r| r.size == 23).collect();
