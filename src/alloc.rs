@@ -490,7 +490,7 @@ fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, present: &mut i64)
 /// A verified block taken out of the live table by realloc, with what the table held for it.
 struct Untracked {
     pointer: usize,
-    record: Option<tracking::Untracked>,
+    record: Option<tracking::Removed>,
 }
 
 impl Untracked {

@@ -211,24 +211,24 @@ pub fn reset_in_child() {
 
 /// A block's record, taken out of the live table by free, realloc or verification.
 #[derive(Clone, Copy)]
-pub struct Untracked {
-    pub info: Info,
+pub struct Removed {
+    info: Info,
     /// `COLLECTIONS` before the removal.
     collections: u32,
 }
 
 /// Takes `pointer` out of the live table.
-pub fn untrack(pointer: usize) -> Option<Untracked> {
+pub fn untrack(pointer: usize) -> Option<Removed> {
     let collections = COLLECTIONS.load(Ordering::Relaxed);
     POINTERS
         .remove(pointer)
-        .map(|info| Untracked { info, collections })
+        .map(|info| Removed { info, collections })
 }
 
 /// Puts a record taken by `untrack` back (the block stays as it was). Its backtrace record may
 /// have been collected while it was out, if a collection ran meanwhile: then the allocation
 /// keeps its place in the table with "nothing recorded" for a backtrace.
-pub fn restore(pointer: usize, record: Untracked) {
+pub fn restore(pointer: usize, record: Removed) {
     POINTERS.add_with(Key::of(pointer), || {
         let mut info = record.info;
         if info.backtrace_id > BT_EMPTY

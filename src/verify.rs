@@ -80,7 +80,7 @@ pub fn check_and_untrack(
     state: &State,
     pointer: usize,
     function: &str,
-) -> Option<Option<tracking::Untracked>> {
+) -> Option<Option<tracking::Removed>> {
     if !state.has(bits::TRACK_ALLOCS) {
         return check(state, pointer, function).then_some(None);
     }
@@ -92,7 +92,7 @@ fn untrack_checked(
     state: &State,
     pointer: usize,
     function: &str,
-) -> Option<Option<tracking::Untracked>> {
+) -> Option<Option<tracking::Removed>> {
     let taken = tracking::untrack(pointer);
     match classify(state, pointer, taken.is_some()) {
         None => Some(taken),

@@ -6,8 +6,12 @@
 //! `backtrace` run, more on two threads). Instead the records nobody refers to are collected
 //! in batches: once the table holds twice as many records as survived the last collection,
 //! `collect` is handed every id still in use (the live table's) and frees the rest. The
-//! caller guarantees that no id is in flight outside what it hands over (see
-//! `tracking::collect_if_wanted`).
+//! caller guarantees that no id is in flight outside what it hands over (see `tracking`).
+//!
+//! Finding an existing vector takes no lock (`find_published`): a seqlock read against the
+//! shard's version, which a collection makes odd while it frees records. In the library that
+//! check never fails, since interning runs under a live-table shard lock and a collection holds
+//! them all; it keeps the table sound on its own (its tests intern while collecting).
 //!
 //! The table is split into shards by the hash of the frame vector; each shard has its own lock,
 //! its own records and its own two indexes (frames → record, id → record). An id names its
@@ -162,6 +166,18 @@ fn probe(slots: &[Slot], key: u64, mut f: impl FnMut(*mut Record) -> bool) -> Op
     None
 }
 
+/// Puts (key, rec) in the first empty slot of its probe run (the caller made room).
+fn place(slots: &[Slot], key: u64, rec: *mut Record) {
+    let mask = slots.len() - 1;
+    let mut i = (mix(key) as usize) & mask;
+    while !slots[i].rec.load(Ordering::Relaxed).is_null() {
+        i = (i + 1) & mask;
+    }
+    slots[i].key.store(key, Ordering::Relaxed);
+    // Release: a reader that sees the record sees its key and contents.
+    slots[i].rec.store(rec, Ordering::Release);
+}
+
 /// Open-addressing table of (key, record) with linear probing and backward-shift deletion,
 /// changed only under its shard's lock. Keys may repeat (frame hashes collide).
 struct Index {
@@ -201,14 +217,7 @@ impl Index {
         if (self.len + 1) * 2 > self.cap && !self.grow() {
             return false;
         }
-        let mut i = self.home(key);
-        let slots = self.slots();
-        while !slots[i].rec.load(Ordering::Relaxed).is_null() {
-            i = (i + 1) & (self.cap - 1);
-        }
-        slots[i].key.store(key, Ordering::Relaxed);
-        // Release: a reader that sees the record sees its key and contents.
-        slots[i].rec.store(rec, Ordering::Release);
+        place(self.slots(), key, rec);
         self.len += 1;
         true
     }
@@ -283,16 +292,9 @@ impl Index {
         let (slots, old_slots) = unsafe { (slots_of(new_map), slots_of(old_map)) };
         for old in old_slots {
             let r = old.rec.load(Ordering::Relaxed);
-            if r.is_null() {
-                continue;
+            if !r.is_null() {
+                place(slots, old.key.load(Ordering::Relaxed), r);
             }
-            let k = old.key.load(Ordering::Relaxed);
-            let mut i = (mix(k) as usize) & (new_cap - 1);
-            while !slots[i].rec.load(Ordering::Relaxed).is_null() {
-                i = (i + 1) & (new_cap - 1);
-            }
-            slots[i].key.store(k, Ordering::Relaxed);
-            slots[i].rec.store(r, Ordering::Relaxed);
         }
         self.map = new_map;
         self.cap = new_cap;
