@@ -61,7 +61,15 @@ unsafe impl Send for Ring {}
 impl Ring {
     /// Entry `i` (modulo capacity) and its frame row. Callers check that the ring is mapped.
     fn slot(&mut self, i: usize) -> (&mut Freed, &mut [usize]) {
-        let i = i % self.capacity;
+        // Callers pass `head + k` with `k <= capacity`: a subtraction does, where a 64-bit
+        // division would cost more than the rest of a push. `%` stays for any other index.
+        let i = if i < self.capacity {
+            i
+        } else if i - self.capacity < self.capacity {
+            i - self.capacity
+        } else {
+            i % self.capacity
+        };
         let entries = self.entries.map_or(NonNull::dangling(), |p| p);
         let frames = self.frames.map_or(NonNull::dangling(), |p| p);
         // SAFETY: the ring is mapped (callers check `entries`) with `capacity` entries followed
@@ -129,7 +137,11 @@ impl FreeQueue {
         }
         let evicted = if ring.len == ring.capacity {
             let head = ring.head;
-            ring.head = (head + 1) % ring.capacity;
+            ring.head = if head + 1 == ring.capacity {
+                0
+            } else {
+                head + 1
+            };
             ring.len -= 1;
             Some(*ring.slot(head).0)
         } else {
