@@ -100,13 +100,13 @@ static int all_equal(const unsigned char* p, size_t n, unsigned char v) {
 // Counted, so that the compares cannot be optimised away; nothing reads it.
 static atomic_ulong damaged;
 
-// Guard mode: the block and its guards inside a native allocation aligned to `align`.
-static void* guarded(size_t align, size_t n, int zero) {
-  size_t slack = align > 16 ? align : 0;
-  char* o = __libc_memalign(align > 16 ? align : 16, n + OFFSET + REAR + slack);
+// Guard mode: the block, its header and guards in one native allocation (§2.4 f: memalign
+// with the minimum alignment, 16).
+static void* guarded(size_t n, int zero) {
+  char* o = __libc_memalign(16, n + OFFSET + REAR);
   if (!o) return NULL;
-  if (zero) memset(o, 0, n + OFFSET + REAR + slack);
-  char* p = (char*)(((uintptr_t)o + OFFSET + align - 1) & ~(uintptr_t)(align - 1));
+  if (zero) memset(o, 0, n + OFFSET + REAR);
+  char* p = o + OFFSET;
   struct header* h = header_of(p);
   h->tag = LIVE_TAG;
   h->orig = o;
@@ -210,7 +210,7 @@ static void* recorded(uint8_t type, void* old, size_t k, size_t n) {
 void* malloc(size_t n) {
   int m = floor_mode();
   if (m & RECORD) return recorded(0, NULL, 0, n);
-  void* p = (m & GUARD) ? guarded(16, n ? n : 1, 0) : __libc_malloc(n);
+  void* p = (m & GUARD) ? guarded(n ? n : 1, 0) : __libc_malloc(n);
   if (p && (m & FILL) && !(m & TRACK)) fill_fresh(p, 0);
   return p;
 }
@@ -222,7 +222,7 @@ void* calloc(size_t k, size_t n) {
     return NULL;
   }
   if (floor_mode() & RECORD) return recorded(1, NULL, k, n);
-  return (floor_mode() & GUARD) ? guarded(16, total ? total : 1, 1) : __libc_calloc(k, n);
+  return (floor_mode() & GUARD) ? guarded(total ? total : 1, 1) : __libc_calloc(k, n);
 }
 
 void free(void* p) {
@@ -244,8 +244,7 @@ void free(void* p) {
     if (!all_equal((unsigned char*)p + h->size, REAR, 0xbb)) damaged++;
     h->tag = FREE_TAG;
   }
-  size_t n = (m & FILL) ? usable(p) : 0;
-  if (m & FILL) memset(p, 0xef, n);
+  if (m & FILL) memset(p, 0xef, usable(p));
   if (!(m & TRACK)) {
     release(p);
     return;
@@ -283,7 +282,7 @@ void* realloc(void* p, size_t n) {
     return q;
   }
   size_t prev = usable(p);
-  if ((m & GUARD) && n <= prev) {
+  if (n <= prev) {
     struct header* h = header_of(p);
     h->size = h->usable = n;
     memset((char*)p + n, 0xbb, REAR);
@@ -296,7 +295,4 @@ void* realloc(void* p, size_t n) {
   return q;
 }
 
-size_t malloc_usable_size(void* p) {
-  if (p && (floor_mode() & GUARD)) return header_of(p)->usable;
-  return native_usable_size(p);
-}
+size_t malloc_usable_size(void* p) { return p ? usable(p) : 0; }

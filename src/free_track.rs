@@ -59,17 +59,22 @@ struct Ring {
 unsafe impl Send for Ring {}
 
 impl Ring {
-    /// Entry `i` (modulo capacity) and its frame row. Callers check that the ring is mapped.
-    fn slot(&mut self, i: usize) -> (&mut Freed, &mut [usize]) {
-        // Callers pass `head + k` with `k <= capacity`: a subtraction does, where a 64-bit
-        // division would cost more than the rest of a push. `%` stays for any other index.
-        let i = if i < self.capacity {
+    /// `i` modulo the capacity. Indexes are `head + k` with `k <= capacity`: a subtraction
+    /// does, where a 64-bit division would cost more than the rest of a push. `%` stays for
+    /// any other index.
+    fn wrap(&self, i: usize) -> usize {
+        if i < self.capacity {
             i
         } else if i - self.capacity < self.capacity {
             i - self.capacity
         } else {
             i % self.capacity
-        };
+        }
+    }
+
+    /// Entry `i` (modulo capacity) and its frame row. Callers check that the ring is mapped.
+    fn slot(&mut self, i: usize) -> (&mut Freed, &mut [usize]) {
+        let i = self.wrap(i);
         let entries = self.entries.map_or(NonNull::dangling(), |p| p);
         let frames = self.frames.map_or(NonNull::dangling(), |p| p);
         // SAFETY: the ring is mapped (callers check `entries`) with `capacity` entries followed
@@ -137,11 +142,7 @@ impl FreeQueue {
         }
         let evicted = if ring.len == ring.capacity {
             let head = ring.head;
-            ring.head = if head + 1 == ring.capacity {
-                0
-            } else {
-                head + 1
-            };
+            ring.head = ring.wrap(head + 1);
             ring.len -= 1;
             Some(*ring.slot(head).0)
         } else {

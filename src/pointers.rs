@@ -287,9 +287,7 @@ impl PointerTable {
     /// Records a live allocation (replacing an existing record of the same pointer). Returns
     /// false if the table could not grow (out of address space).
     pub fn add(&self, pointer: usize, info: Info) -> bool {
-        let key = mangle(pointer);
-        let h = hash(key);
-        self.shard(h).lock().insert(key, h, info)
+        self.add_with(Key::of(pointer), || info)
     }
 
     /// `add` with the info made by `make` while the pointer's shard is locked: what `make`

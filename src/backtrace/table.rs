@@ -145,6 +145,11 @@ unsafe fn slots_of<'a>(map: *mut usize) -> &'a [Slot] {
     }
 }
 
+/// Where `key`'s probe run starts in an index of `cap` slots (a power of two).
+fn home(key: u64, cap: usize) -> usize {
+    (mix(key) as usize) & (cap - 1)
+}
+
 /// Probes `slots` for `key` until `f` accepts a record; safe to run without the lock (it only
 /// loads), bounded by the capacity.
 fn probe(slots: &[Slot], key: u64, mut f: impl FnMut(*mut Record) -> bool) -> Option<*mut Record> {
@@ -152,7 +157,7 @@ fn probe(slots: &[Slot], key: u64, mut f: impl FnMut(*mut Record) -> bool) -> Op
     if cap == 0 {
         return None;
     }
-    let mut i = (mix(key) as usize) & (cap - 1);
+    let mut i = home(key, cap);
     for _ in 0..cap {
         let r = slots[i].rec.load(Ordering::Acquire);
         if r.is_null() {
@@ -169,7 +174,7 @@ fn probe(slots: &[Slot], key: u64, mut f: impl FnMut(*mut Record) -> bool) -> Op
 /// Puts (key, rec) in the first empty slot of its probe run (the caller made room).
 fn place(slots: &[Slot], key: u64, rec: *mut Record) {
     let mask = slots.len() - 1;
-    let mut i = (mix(key) as usize) & mask;
+    let mut i = home(key, slots.len());
     while !slots[i].rec.load(Ordering::Relaxed).is_null() {
         i = (i + 1) & mask;
     }
@@ -204,10 +209,6 @@ impl Index {
         unsafe { slots_of(self.map) }
     }
 
-    fn home(&self, key: u64) -> usize {
-        (mix(key) as usize) & (self.cap - 1)
-    }
-
     /// Calls `f` for each record stored under `key` until it returns true.
     fn find(&self, key: u64, f: impl FnMut(*mut Record) -> bool) -> Option<*mut Record> {
         probe(self.slots(), key, f)
@@ -227,7 +228,7 @@ impl Index {
             return;
         }
         let mask = self.cap - 1;
-        let mut i = self.home(key);
+        let mut i = home(key, self.cap);
         let slots = self.slots();
         loop {
             let r = slots[i].rec.load(Ordering::Relaxed);
@@ -257,7 +258,7 @@ impl Index {
                 break;
             }
             let k = slots[j].key.load(Ordering::Relaxed);
-            let h = (mix(k) as usize) & mask;
+            let h = home(k, self.cap);
             // Move j into the hole if its home is not in (hole, j] cyclically.
             let dist_home = j.wrapping_sub(h) & mask;
             let dist_hole = j.wrapping_sub(hole) & mask;
