@@ -64,9 +64,7 @@ impl Snapshot {
         let pin = tracking::pin_records();
         let table = POINTERS.lock_all();
         let mut s = Snapshot::with_capacity(table.len(), pin)?;
-        for (pointer, info) in table.iter() {
-            s.push_entry(pointer, info);
-        }
+        table.for_each(|pointer, info| s.push_entry(pointer, info));
         Some(s)
     }
 

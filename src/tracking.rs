@@ -173,12 +173,12 @@ fn collect() {
     // reads the table after this collection (it waits for the shard locks held here).
     if PINS.load(Ordering::SeqCst) == 0 {
         COLLECTIONS.fetch_add(1, Ordering::Relaxed);
-        BACKTRACES.collect(|mark| {
-            for (_, info) in table.iter() {
+        BACKTRACES.collect(table.len(), |mark| {
+            table.for_each(|_, info| {
                 if info.backtrace_id > BT_EMPTY {
                     mark(info.backtrace_id);
                 }
-            }
+            });
         });
     } else {
         BACKTRACES.postpone_collection(BACKTRACES.records());

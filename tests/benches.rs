@@ -1,10 +1,11 @@
 //! The benchmark programs behind `scripts/bench`: the allocation mix computes the same result
 //! under every mode of the spec-floor shim (benches/floor.c) as without it, and each mode does
-//! the memory work it stands for. No timing is checked here.
+//! the memory work it stands for; the pause benchmark runs bare and under `backtrace` and
+//! reports every pair. No timing is checked here.
 
 mod common;
 
-use common::{assert_exit_code, clean_command, compile_c, stdout_of};
+use common::{assert_exit_code, clean_command, compile_c, run_under_front, stdout_of};
 use std::path::Path;
 
 fn run(program: &Path, args: &[&str], floor: Option<(&Path, &str)>) -> String {
@@ -82,4 +83,40 @@ fn each_floor_does_the_work_of_its_option() {
             "FLOOR={mode}"
         );
     }
+}
+
+#[test]
+fn the_pause_benchmark_reports_every_pair_bare_and_under_backtrace() {
+    let pauses = compile_c("pauses", "benches/pauses.c", &["-O2"]);
+    let args = ["3000", "64", "9000", "20000"];
+    let bare = run(&pauses, &args, None);
+    let traced = run_under_front(&pauses, &args, Some("backtrace"), &[]);
+    assert_exit_code(&traced, 0);
+    for out in [bare, stdout_of(&traced)] {
+        let words: Vec<&str> = out.split_whitespace().collect();
+        let keys: Vec<&str> = words.iter().step_by(2).copied().collect();
+        assert_eq!(
+            keys,
+            [
+                "pairs", "total_s", "p50_ns", "p99_ns", "p999_ns", "max_us", "over_1ms"
+            ],
+            "{out}"
+        );
+        assert_eq!(words[1], "20000", "{out}");
+        let ns: Vec<u64> = [5, 7, 9]
+            .iter()
+            .map(|&i| words[i].parse().unwrap())
+            .collect();
+        let longest: f64 = words[11].parse().unwrap();
+        assert!(
+            ns[0] <= ns[1] && ns[1] <= ns[2] && ns[2] as f64 <= longest * 1000.0 + 500.0,
+            "{out}"
+        );
+    }
+    // 4^10 call paths at most, and nothing is run with arguments it cannot honour.
+    let too_many = clean_command(&pauses)
+        .args(["0", "1048576", "1", "1"])
+        .output()
+        .unwrap();
+    assert_exit_code(&too_many, 2);
 }
