@@ -795,39 +795,39 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_next_collection_waits_for_twice_the_survivors() {
+    /// Keeps MIN_COLLECT_AT + 1 records through a collection said to have visited `scanned`
+    /// entries, then counts the new records made until the next collection is wanted.
+    fn records_until_the_next_collection(scanned: usize) -> usize {
         let t = Box::new(BacktraceTable::new());
         let ids: Vec<u32> = (0..MIN_COLLECT_AT + 1)
             .map(|i| t.intern(&[i, 5]).unwrap())
             .collect();
         assert!(t.collection_wanted());
-        collect_keeping(&t, &ids);
-        assert!(!t.collection_wanted());
-        for i in 0..MIN_COLLECT_AT + 1 {
-            t.intern(&[i, 6]).unwrap();
-            assert!(!t.collection_wanted(), "{i}");
+        t.collect(scanned, |mark| ids.iter().for_each(|&id| mark(id)));
+        let mut made = 0;
+        while !t.collection_wanted() {
+            assert!(made < 1 << 20, "no collection wanted");
+            t.intern(&[made, 6]).unwrap();
+            made += 1;
         }
-        t.intern(&[0, 7]).unwrap();
-        assert!(t.collection_wanted());
+        made
+    }
+
+    #[test]
+    fn the_next_collection_waits_for_twice_the_survivors() {
+        // Due once the records exceed twice the survivors.
+        assert_eq!(records_until_the_next_collection(0), MIN_COLLECT_AT + 2);
     }
 
     #[test]
     fn after_a_long_pass_the_next_collection_waits_for_records_in_proportion() {
-        let t = Box::new(BacktraceTable::new());
-        let ids: Vec<u32> = (0..MIN_COLLECT_AT + 1)
-            .map(|i| t.intern(&[i, 5]).unwrap())
-            .collect();
+        // One new record per ENTRIES_SCANNED_PER_RECORD entries visited: 3 * MIN_COLLECT_AT,
+        // more than the survivors' MIN_COLLECT_AT + 1.
         let scanned = ENTRIES_SCANNED_PER_RECORD * 3 * MIN_COLLECT_AT;
-        t.collect(scanned, |mark| ids.iter().for_each(|&id| mark(id)));
-        // Survivors plus one record per ENTRIES_SCANNED_PER_RECORD entries: 3 * MIN_COLLECT_AT
-        // more, where twice the survivors alone would have been MIN_COLLECT_AT + 1 more.
-        for i in 0..3 * MIN_COLLECT_AT {
-            t.intern(&[i, 6]).unwrap();
-            assert!(!t.collection_wanted(), "{i}");
-        }
-        t.intern(&[0, 7]).unwrap();
-        assert!(t.collection_wanted());
+        assert_eq!(
+            records_until_the_next_collection(scanned),
+            3 * MIN_COLLECT_AT + 1
+        );
     }
 
     #[test]
