@@ -1,5 +1,9 @@
 //! Entering the library from an exported function: the re-entrancy check, the gate and the
-//! "debug calls disabled" mark, in the order of abi-and-dumps §6.4.
+//! "debug calls disabled" mark.
+//!
+//! An allocation call makes no system call on its way in or out: bionic's backtrace signal is
+//! blocked only around the slow paths that take a lock or run foreign code (see
+//! `sync::DisabledScope` and docs/design.md, "The signal-33 rule").
 
 use crate::backtrace::Origin;
 use crate::state::{self, State};
@@ -11,14 +15,13 @@ pub struct Entered {
     pub state: &'static State,
     /// The entry point's registers, where allocation backtraces start.
     pub origin: Origin,
-    _signal: BacktraceSignalBlock,
     _disabled: DisabledScope,
     _gate: GateGuard,
 }
 
 /// Enters the library for a call that may run code outside it (reports, dumps, leak info): the
-/// thread is marked for the whole call, so anything that allocates on the way goes straight to
-/// the native allocator. `None` when the call must go to the native allocator itself: not
+/// thread is marked (and the backtrace signal blocked) for the whole call, so anything that
+/// allocates on the way goes straight to the native allocator. `None` when the call must go to the native allocator itself: not
 /// initialised, or this thread is already inside the library.
 #[inline(always)]
 pub fn enter() -> Option<Entered> {
@@ -26,10 +29,12 @@ pub fn enter() -> Option<Entered> {
 }
 
 /// Enters the library for an allocation call. The thread is not marked up front: the paths of
-/// malloc, free and the rest call only the native allocator, the kernel and our own tables, none
-/// of which comes back into malloc. Whatever may run foreign code on the way (logging, error
-/// reports, the deferred signal work, the unwinder's table lookups) marks the thread itself with
-/// `DisabledScope::enter`. Saves two `pthread_setspecific` calls on every allocation.
+/// malloc, free and the rest call only the native allocator, the kernel and our own lock-free
+/// tables, none of which comes back into malloc or waits for another thread. Whatever may run
+/// foreign code or take a lock on the way (logging, error reports, the deferred signal work,
+/// the unwinder's table lookups, table growth, new backtrace records) marks the thread itself
+/// with `DisabledScope::enter`. Saves two `pthread_setspecific` calls and two `rt_sigprocmask`
+/// system calls (on Android) on every allocation.
 /// Inlined (always: the snapshot in `Entered::origin` must be of the exported function itself,
 /// whose frame outlives every capture of the call).
 #[inline(always)]
@@ -47,7 +52,6 @@ fn enter_with(mark: fn() -> DisabledScope) -> Option<Entered> {
     let entered = Entered {
         state,
         origin: Origin::here(),
-        _signal: BacktraceSignalBlock::new(),
         _disabled: mark(),
         _gate: gate,
     };
@@ -56,68 +60,15 @@ fn enter_with(mark: fn() -> DisabledScope) -> Option<Entered> {
 }
 
 /// Enters the gate only, without marking the thread (malloc_iterate: the callback is the
-/// caller's code and may legitimately allocate).
-pub fn enter_gate_only() -> Option<(&'static State, GateGuard)> {
+/// caller's code and may legitimately allocate). The thread that closed the gate with
+/// `malloc_disable` passes without it (`None` guard).
+pub fn enter_gate_only() -> Option<(&'static State, Option<GateGuard>)> {
+    if crate::iterate::disabled_by_this_thread() {
+        return Some((state::get()?, None));
+    }
     if sync::debug_calls_disabled() {
         return None;
     }
     let state = state::get()?;
-    Some((state, sync::GATE.enter()))
-}
-
-/// Blocks bionic's backtrace signal (`BIONIC_SIGNAL_BACKTRACE` = SIGRTMIN+1 = 33) for the
-/// duration of a call, so a thread being unwound by debuggerd is never stopped while it holds the
-/// library's locks (abi-and-dumps §6.4). libc's `sigprocmask` refuses reserved signals, hence the
-/// raw syscall. glibc has no such signal, so hosts skip the two syscalls.
-pub struct BacktraceSignalBlock {
-    #[cfg(target_os = "android")]
-    was_blocked: bool,
-}
-
-#[cfg(target_os = "android")]
-const BACKTRACE_SIGNAL_MASK: u64 = 1 << (33 - 1);
-
-impl BacktraceSignalBlock {
-    #[cfg(target_os = "android")]
-    fn new() -> Self {
-        let set: u64 = BACKTRACE_SIGNAL_MASK;
-        let mut old: u64 = 0;
-        // SAFETY: rt_sigprocmask with 8-byte kernel sigsets that live across the call.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_BLOCK,
-                &set,
-                &mut old,
-                8usize,
-            );
-        }
-        BacktraceSignalBlock {
-            was_blocked: old & BACKTRACE_SIGNAL_MASK != 0,
-        }
-    }
-
-    #[cfg(not(target_os = "android"))]
-    fn new() -> Self {
-        BacktraceSignalBlock {}
-    }
-}
-
-#[cfg(target_os = "android")]
-impl Drop for BacktraceSignalBlock {
-    fn drop(&mut self) {
-        if !self.was_blocked {
-            let set: u64 = BACKTRACE_SIGNAL_MASK;
-            // SAFETY: as in new(); the old mask is not needed.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_rt_sigprocmask,
-                    libc::SIG_UNBLOCK,
-                    &set,
-                    core::ptr::null_mut::<u64>(),
-                    8usize,
-                );
-            }
-        }
-    }
+    Some((state, Some(sync::GATE.enter())))
 }

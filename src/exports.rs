@@ -213,8 +213,8 @@ pub unsafe extern "C" fn debug_iterate(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_malloc_disable() {
-    match entry::enter_gate_only() {
-        Some((state, _gate)) => crate::iterate::malloc_disable(state),
+    match crate::state::get().filter(|_| !crate::sync::debug_calls_disabled()) {
+        Some(state) => crate::iterate::malloc_disable(state),
         None => {
             if let Some(d) = native() {
                 // SAFETY: native allocator call.
@@ -226,8 +226,9 @@ pub extern "C" fn debug_malloc_disable() {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_malloc_enable() {
-    match entry::enter_gate_only() {
-        Some((state, _gate)) => crate::iterate::malloc_enable(state),
+    let disabler = crate::iterate::disabled_by_this_thread();
+    match crate::state::get().filter(|_| disabler || !crate::sync::debug_calls_disabled()) {
+        Some(state) => crate::iterate::malloc_enable(state),
         None => {
             if let Some(d) = native() {
                 // SAFETY: native allocator call.

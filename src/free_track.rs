@@ -1,15 +1,15 @@
-//! free_track (spec §5): freed blocks are held back in a bounded FIFO, filled with 0xef, and
+//! free_track (spec §5): freed blocks are held back in a bounded queue, filled with 0xef, and
 //! checked for writes when they leave the queue (and at exit).
 
 use crate::config::FILL_FREE_BYTE;
 use crate::failure;
 use crate::header::DEBUG_FREE_TAG;
 use crate::log::log_error;
-use crate::mutex::Mutex;
 use crate::pages;
 use crate::state::State;
 use crate::tracking::FrameBuffer;
-use core::ptr::NonNull;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Freed blocks compared in chunks of this size; each damaged chunk yields one report (the
 /// reference's granularity, kept so reports match).
@@ -43,57 +43,43 @@ pub enum Pushed {
     Unmapped,
 }
 
+// SAFETY: a slot's entry is written only by the push that owns it (odd sequence); readers copy
+// it and check the sequence.
+unsafe impl Sync for FreeQueue {}
+
 /// The ring of queued blocks and, beside it, each entry's free-time frames in a row of
 /// `frames_per_entry` words. Raw frames instead of interned ids: a free then costs a copy of
 /// the frames rather than a hash-table insertion, and leaving the queue costs no release.
-struct Ring {
-    entries: Option<NonNull<Freed>>,
-    frames: Option<NonNull<usize>>,
-    frames_per_entry: usize,
-    capacity: usize,
-    head: usize,
-    len: usize,
+///
+/// No lock (docs/design.md, "The signal-33 rule"): a push claims the next index by CAS on
+/// `next`, then owns that slot by making its sequence odd, swaps the entry that was there (the
+/// oldest) for its own, and makes the sequence even again. A slot whose sequence is odd belongs
+/// to a push in progress, which may be parked by bionic's backtrace signal: a push that meets
+/// one does not wait but takes the next index, and after a few tries retires its own block at
+/// once instead of queueing it. So the queue never holds more than `capacity` blocks; blocks
+/// leave in the order their pushes claimed indexes, which is the order of the frees but for
+/// pushes that raced.
+#[repr(C)]
+struct Slot {
+    /// Even: the entry is stable (`mangled` 0: empty); odd: a push owns the slot.
+    seq: AtomicUsize,
+    entry: UnsafeCell<Freed>,
 }
 
-// SAFETY: the ring memory is owned by the queue and touched only under its mutex.
-unsafe impl Send for Ring {}
+/// Pushes that meet a busy slot try this many indexes before retiring their block at once.
+const CLAIM_TRIES: usize = 4;
 
-impl Ring {
-    /// `i` modulo the capacity. Indexes are `head + k` with `k <= capacity`: a subtraction
-    /// does, where a 64-bit division would cost more than the rest of a push. `%` stays for
-    /// any other index.
-    fn wrap(&self, i: usize) -> usize {
-        if i < self.capacity {
-            i
-        } else if i - self.capacity < self.capacity {
-            i - self.capacity
-        } else {
-            i % self.capacity
-        }
-    }
-
-    /// Entry `i` (modulo capacity) and its frame row. Callers check that the ring is mapped.
-    fn slot(&mut self, i: usize) -> (&mut Freed, &mut [usize]) {
-        let i = self.wrap(i);
-        let entries = self.entries.map_or(NonNull::dangling(), |p| p);
-        let frames = self.frames.map_or(NonNull::dangling(), |p| p);
-        // SAFETY: the ring is mapped (callers check `entries`) with `capacity` entries followed
-        // by `capacity` rows of `frames_per_entry` words, and `i < capacity`. The two borrows
-        // are disjoint memory and both end with `&mut self`'s.
-        unsafe {
-            (
-                &mut *entries.as_ptr().add(i),
-                core::slice::from_raw_parts_mut(
-                    frames.as_ptr().add(i * self.frames_per_entry),
-                    self.frames_per_entry,
-                ),
-            )
-        }
-    }
-}
+#[repr(align(64))]
+struct Next(AtomicUsize);
 
 pub struct FreeQueue {
-    ring: Mutex<Ring>,
+    /// `capacity` slots followed by `capacity` rows of `frames_per_entry` words; set once by
+    /// `init` before the library's state is published.
+    slots: AtomicPtr<Slot>,
+    frames: AtomicPtr<usize>,
+    frames_per_entry: AtomicUsize,
+    capacity: AtomicUsize,
+    next: Next,
 }
 
 pub static FREE_QUEUE: FreeQueue = FreeQueue::new();
@@ -101,14 +87,11 @@ pub static FREE_QUEUE: FreeQueue = FreeQueue::new();
 impl FreeQueue {
     const fn new() -> Self {
         FreeQueue {
-            ring: Mutex::new(Ring {
-                entries: None,
-                frames: None,
-                frames_per_entry: 0,
-                capacity: 0,
-                head: 0,
-                len: 0,
-            }),
+            slots: AtomicPtr::new(core::ptr::null_mut()),
+            frames: AtomicPtr::new(core::ptr::null_mut()),
+            frames_per_entry: AtomicUsize::new(0),
+            capacity: AtomicUsize::new(0),
+            next: Next(AtomicUsize::new(0)),
         }
     }
 
@@ -117,52 +100,105 @@ impl FreeQueue {
     /// the rows in use are ever touched.
     pub fn init(&self, capacity: usize, frames_per_entry: usize) -> bool {
         let capacity = capacity.max(1);
-        let entry_bytes = capacity * size_of::<Freed>();
-        let Some(mem) = pages::map(entry_bytes + capacity * frames_per_entry * size_of::<usize>())
+        let slot_bytes = capacity * size_of::<Slot>();
+        let Some(mem) = pages::map(slot_bytes + capacity * frames_per_entry * size_of::<usize>())
         else {
             return false;
         };
-        let mut ring = self.ring.lock();
-        ring.entries = Some(mem.cast());
-        // SAFETY: the frame rows start right after the entries, inside the mapping; Freed's
-        // size is a multiple of usize's alignment.
-        ring.frames = Some(unsafe { mem.add(entry_bytes) }.cast());
-        ring.frames_per_entry = frames_per_entry;
-        ring.capacity = capacity;
+        // Zeroed memory is a valid empty slot (sequence 0, mangled 0).
+        self.slots.store(mem.as_ptr().cast(), Ordering::Relaxed);
+        // SAFETY: the frame rows start right after the slots, inside the mapping; Slot's size
+        // is a multiple of usize's alignment.
+        self.frames.store(
+            unsafe { mem.add(slot_bytes) }.as_ptr().cast(),
+            Ordering::Relaxed,
+        );
+        self.frames_per_entry
+            .store(frames_per_entry, Ordering::Relaxed);
+        self.capacity.store(capacity, Ordering::Release);
         true
     }
 
+    fn slot(&self, i: usize) -> &Slot {
+        // SAFETY: callers pass i < capacity of a mapped ring (`init`).
+        unsafe { &*self.slots.load(Ordering::Relaxed).add(i) }
+    }
+
+    /// Frame row `i`.
+    ///
+    /// # Safety
+    /// The caller must own slot `i` (odd sequence, set by itself) or the whole queue.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn row(&self, i: usize) -> &mut [usize] {
+        let n = self.frames_per_entry.load(Ordering::Relaxed);
+        // SAFETY: row i of `init`'s mapping; exclusive by the caller's ownership of the slot.
+        unsafe {
+            core::slice::from_raw_parts_mut(self.frames.load(Ordering::Relaxed).add(i * n), n)
+        }
+    }
+
+    /// The next index, modulo the capacity (a compare and an add: no division on a free).
+    fn claim(&self, capacity: usize) -> usize {
+        let mut cur = self.next.0.load(Ordering::Relaxed);
+        loop {
+            let next = if cur + 1 >= capacity { 0 } else { cur + 1 };
+            match self
+                .next
+                .0
+                .compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return cur.min(capacity - 1),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
     /// Appends a freed block whose first `filled` bytes hold 0xef and whose free-time frames
-    /// are in `trace`. When the queue was full the oldest entry leaves, and its frames take
-    /// the new ones' place in `trace`.
+    /// are in `trace`. When the slot it takes held a block, that block leaves, and its frames
+    /// take the new ones' place in `trace`.
     pub fn push(&self, pointer: usize, filled: usize, trace: &mut FrameBuffer) -> Pushed {
-        let mut ring = self.ring.lock();
-        if ring.entries.is_none() {
+        let capacity = self.capacity.load(Ordering::Acquire);
+        if capacity == 0 {
             return Pushed::Unmapped;
         }
-        let evicted = if ring.len == ring.capacity {
-            let head = ring.head;
-            ring.head = ring.wrap(head + 1);
-            ring.len -= 1;
-            Some(*ring.slot(head).0)
-        } else {
-            None
-        };
-        let tail = ring.head + ring.len;
-        let (entry, frames) = ring.slot(tail);
-        let frame_count = trace.frames().len().min(frames.len());
-        // When full, the tail is the evicted entry's slot: its frames come out as ours go in.
-        trace.swap_with(frames, evicted.map_or(0, |e| e.frame_count));
-        *entry = Freed {
+        let mine = Freed {
             mangled: pointer ^ usize::MAX,
             filled,
-            frame_count,
+            frame_count: 0,
         };
-        ring.len += 1;
-        match evicted {
-            Some(e) => Pushed::Evicted(e),
-            None => Pushed::Queued,
+        for _ in 0..CLAIM_TRIES {
+            let i = self.claim(capacity);
+            let slot = self.slot(i);
+            let seq = slot.seq.load(Ordering::Relaxed);
+            if seq & 1 != 0
+                || slot
+                    .seq
+                    .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            // SAFETY: the odd sequence makes the slot and its row ours until the store below.
+            let (entry, row) = unsafe { (&mut *slot.entry.get(), self.row(i)) };
+            let old = *entry;
+            let frame_count = trace.frames().len().min(row.len());
+            trace.swap_with(row, if old.mangled != 0 { old.frame_count } else { 0 });
+            *entry = Freed {
+                frame_count,
+                ..mine
+            };
+            slot.seq.store(seq + 2, Ordering::Release);
+            return if old.mangled != 0 {
+                Pushed::Evicted(old)
+            } else {
+                Pushed::Queued
+            };
         }
+        // Every slot tried was busy: the block leaves at once, with its own frames.
+        Pushed::Evicted(Freed {
+            frame_count: trace.frames().len(),
+            ..mine
+        })
     }
 
     /// Copies the free-time frames recorded for a queued pointer into `out`; false when the
@@ -179,25 +215,35 @@ impl FreeQueue {
         found
     }
 
-    /// Calls `f` on every queued entry and its frames, in queue order, with the queue locked.
+    /// Calls `f` on every queued entry and its frames, oldest first. Entries that pushes are
+    /// changing meanwhile are passed over (seen whole or not at all): a copy is taken and kept
+    /// only if the slot's sequence did not move.
     pub fn for_each(&self, mut f: impl FnMut(&Freed, &[usize])) {
-        let mut ring = self.ring.lock();
-        if ring.entries.is_none() {
-            return;
+        let capacity = self.capacity.load(Ordering::Acquire);
+        let start = self.next.0.load(Ordering::Relaxed);
+        let mut frames = [0usize; crate::backtrace::MAX_FRAMES];
+        for k in 0..capacity {
+            let i = (start + k) % capacity;
+            let slot = self.slot(i);
+            let before = slot.seq.load(Ordering::Acquire);
+            if before & 1 != 0 {
+                continue;
+            }
+            // SAFETY: volatile reads of memory inside the ring; a torn copy is detected by the
+            // sequence check below and dropped.
+            let entry = unsafe { core::ptr::read_volatile(slot.entry.get()) };
+            // SAFETY: as above, for the row.
+            let row = unsafe { self.row(i) };
+            let n = entry.frame_count.min(row.len()).min(frames.len());
+            for (dst, src) in frames.iter_mut().zip(&row[..n]) {
+                // SAFETY: as above.
+                *dst = unsafe { core::ptr::read_volatile(src) };
+            }
+            core::sync::atomic::fence(Ordering::Acquire);
+            if entry.mangled != 0 && slot.seq.load(Ordering::Relaxed) == before {
+                f(&entry, &frames[..n]);
+            }
         }
-        let (head, len) = (ring.head, ring.len);
-        for i in 0..len {
-            let (entry, frames) = ring.slot(head + i);
-            f(entry, &frames[..entry.frame_count]);
-        }
-    }
-
-    pub fn lock_raw(&self) {
-        self.ring.lock_raw();
-    }
-
-    pub fn unlock_raw(&self) {
-        self.ring.force_unlock();
     }
 }
 

@@ -1,26 +1,40 @@
-//! malloc_iterate / malloc_disable / malloc_enable with pointer tracking (abi §6.2–§6.3).
+//! malloc_iterate / malloc_disable / malloc_enable (abi §6.2–§6.3).
+//!
+//! malloc_disable closes the library's gate: every other thread's allocation call waits until
+//! malloc_enable, and none is in flight meanwhile. The disabling thread stays marked (its own
+//! allocations go to the native allocator, which the native disable governs) with the
+//! backtrace signal blocked, since other threads wait for it.
 //!
 //! The reference calls the callback while holding the live table's mutex and deadlocks when the
-//! thread that called malloc_disable iterates. Here iteration works on a copy: taken under the
-//! locks by any thread, or read directly by the thread that holds them through malloc_disable;
-//! callbacks run with no lock of ours held.
+//! thread that called malloc_disable iterates. Here iteration works on a copy, and callbacks
+//! run with no lock of ours held.
 
-use crate::config::bits;
 use crate::dispatch::IterateCallback;
 use crate::platform;
 use crate::snapshot::Snapshot;
-use crate::state::{self, State};
+use crate::state::State;
+use crate::sync::{DisabledScope, GATE};
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicI32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
-/// The thread that holds the tracking locks through malloc_disable (0: none).
+/// The thread that closed the gate through malloc_disable (0: none).
 static DISABLED_BY: AtomicI32 = AtomicI32::new(0);
+/// Its `DisabledScope`, kept until malloc_enable.
+static DISABLE_SCOPE: AtomicU8 = AtomicU8::new(0);
+
+pub fn disabled_by_this_thread() -> bool {
+    let by = DISABLED_BY.load(Ordering::Acquire);
+    by != 0 && by == platform::gettid()
+}
 
 pub fn malloc_disable(state: &State) {
-    if state.has(bits::TRACK_ALLOCS) {
-        state::lock_all_for_fork();
-        DISABLED_BY.store(platform::gettid(), Ordering::Release);
+    if disabled_by_this_thread() {
+        return;
     }
+    let scope = DisabledScope::enter();
+    GATE.close();
+    DISABLE_SCOPE.store(scope.into_raw(), Ordering::Relaxed);
+    DISABLED_BY.store(platform::gettid(), Ordering::Release);
     // SAFETY: native allocator call.
     unsafe { (state.dispatch.malloc_disable)() };
 }
@@ -28,9 +42,18 @@ pub fn malloc_disable(state: &State) {
 pub fn malloc_enable(state: &State) {
     // SAFETY: native allocator call.
     unsafe { (state.dispatch.malloc_enable)() };
-    if state.has(bits::TRACK_ALLOCS) {
+    if disabled_by_this_thread() {
         DISABLED_BY.store(0, Ordering::Release);
-        state::unlock_all_after_fork();
+        let scope = DISABLE_SCOPE.load(Ordering::Relaxed);
+        GATE.open();
+        drop(DisabledScope::from_raw(scope));
+    }
+}
+
+/// Fork child: a disabling thread of the parent does not exist here.
+pub fn reset_in_child() {
+    if !disabled_by_this_thread() {
+        DISABLED_BY.store(0, Ordering::Release);
     }
 }
 
@@ -38,10 +61,8 @@ pub fn malloc_enable(state: &State) {
 /// whatever range was asked for (as the reference does).
 pub fn malloc_iterate(state: &State, callback: IterateCallback, arg: *mut c_void) -> c_int {
     let Some(callback) = callback else { return 0 };
-    let holds_locks = DISABLED_BY.load(Ordering::Acquire) == platform::gettid();
-    let snapshot = if holds_locks {
-        // SAFETY: this thread took every tracking lock in malloc_disable.
-        unsafe { Snapshot::take_unsorted_held() }
+    let snapshot = if disabled_by_this_thread() {
+        Snapshot::take_unsorted_quiescent()
     } else {
         Snapshot::take_unsorted()
     };

@@ -61,6 +61,15 @@ impl<T> Mutex<T> {
         }
     }
 
+    /// Takes the lock if it is free, without waiting.
+    #[inline]
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.state
+            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then(|| MutexGuard { mutex: self })
+    }
+
     /// Takes the lock without a guard (fork prepare); paired with `force_unlock`.
     pub fn lock_raw(&self) {
         core::mem::forget(self.lock());
@@ -72,17 +81,6 @@ impl<T> Mutex<T> {
         if self.state.swap(FREE, Ordering::Release) == CONTENDED {
             futex_wake(&self.state);
         }
-    }
-
-    /// Access without locking.
-    ///
-    /// # Safety
-    /// The caller must hold the lock (taken with `lock_raw`) or otherwise exclude all other
-    /// users (e.g. in a fork child).
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn get_unlocked(&self) -> &mut T {
-        // SAFETY: forwarded to the caller.
-        unsafe { &mut *self.value.get() }
     }
 }
 
@@ -114,7 +112,7 @@ impl<T> Drop for MutexGuard<'_, T> {
     }
 }
 
-fn futex_wait(word: &AtomicU32, expected: u32) {
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
     // SAFETY: FUTEX_WAIT on a valid aligned u32; spurious wake-ups are handled by the caller.
     unsafe {
         libc::syscall(
@@ -123,6 +121,18 @@ fn futex_wait(word: &AtomicU32, expected: u32) {
             libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
             expected,
             core::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+pub(crate) fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid aligned u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
         );
     }
 }
@@ -142,6 +152,21 @@ fn futex_wake(word: &AtomicU32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failed try_lock must leave the holder's lock alone (a guard built and dropped on the
+    /// failure path once released it: two growers of the live table then ran at once).
+    #[test]
+    fn failed_try_lock_keeps_the_lock_held() {
+        let m = Mutex::new(0u32);
+        let held = m.lock();
+        assert!(m.try_lock().is_none());
+        assert!(
+            m.try_lock().is_none(),
+            "the first failure released the lock"
+        );
+        drop(held);
+        assert!(m.try_lock().is_some());
+    }
 
     #[test]
     fn counts_under_contention() {

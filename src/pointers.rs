@@ -1,28 +1,64 @@
 //! The live-pointer table: user pointer → (size with zygote bit, backtrace id).
 //!
-//! Built for millions of entries and many allocating threads: 64 independently locked shards,
-//! each a hash table of 4-slot buckets, one cache line each, in memory mapped straight from the
-//! kernel. A lookup, insert or removal touches one bucket line in all but a few percent of
-//! calls. An entry whose home bucket is full goes to the next bucket with room, and every
-//! bucket it passes counts it in `overflow`: a lookup goes on to the next bucket only while that
-//! count is non-zero, and a removal gives the counts back, so the table needs neither
-//! tombstones nor the backward shifts of linear probing (whose run-length walks made a removal
-//! cost about 160 instructions at 70% load). Keys are stored mangled (XOR all-ones, as the
-//! reference does) so that a conservative scanner reading our tables does not see references
-//! that keep leaked blocks "reachable".
+//! ## Model
+//!
+//! Built for millions of entries, many allocating threads, and bionic's backtrace signal: a
+//! thread that another thread of the process unwinds (signal 33) is parked inside its signal
+//! handler for as long as the unwind takes, wherever it was, and the unwinding thread allocates
+//! meanwhile. So the hot path (add, remove, get) takes **no lock**: a parked thread can leave a
+//! slot half-claimed, but never a lock that someone else waits for (docs/design.md, "The
+//! signal-33 rule").
+//!
+//! 64 shards, each an open-addressing table of 4-slot buckets, one cache line each, in memory
+//! mapped straight from the kernel. A slot is two words, a key and an info, each atomic. An
+//! entry whose home bucket is full goes to the next bucket with room, and every bucket it
+//! passes counts it in `overflow`: a lookup goes on to the next bucket only while that count is
+//! non-zero, and a removal gives the counts back, so the table needs no tombstones.
+//!
+//! A key word is one of:
+//! - `EMPTY` (0), `RESERVED` (an insert claimed the slot and is writing the info),
+//! - a mangled pointer (XOR all-ones, as the reference stores them, so that a conservative
+//!   scanner reading our tables does not see references that keep leaked blocks reachable);
+//!   pointers are 8-aligned, so mangled keys end in binary 111,
+//! - a *frozen* key (the mangled key with bit 0 cleared) or `FROZEN_FREE`: written by growth.
+//!
+//! An insert claims a slot by CAS (`EMPTY` → `RESERVED`), writes the info, then publishes the
+//! key by CAS (`RESERVED` → key). A removal reads the info and clears the key by CAS.
+//!
+//! **Growth** is rare and runs under the shard's grow lock, taken with the backtrace signal
+//! blocked (so a thread that waits for it waits for a thread that cannot be parked). The grower
+//! freezes every slot of the old table by CAS, copies the frozen entries into a new table and
+//! publishes it. A hot-path operation that meets a frozen slot knows a grower is at work and
+//! waits for the new table (allowed: the grower cannot be parked); a CAS that loses against a
+//! freeze retries on the new table. An insert that published before the freeze is copied.
+//!
+//! **Old tables** may still be read by threads that loaded the table pointer before it
+//! changed. They are unmapped only once every thread that was inside a library call at the
+//! time has left it: the `Quiescence` observer given to the table (the library's call gate)
+//! says so; until then they wait on a list, and nobody waits for them.
+//!
+//! **Whole-table passes** (leak reports, dumps, collections) hold every grow lock, so the
+//! tables they read stay current; entries added or removed meanwhile by other threads may or
+//! may not be seen, exactly as if the pass had run a moment earlier or later.
 
 use crate::mutex::{Mutex, MutexGuard};
 use crate::pages;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const SHARD_BITS: u32 = 6;
 const SHARDS: usize = 1 << SHARD_BITS;
 const WAYS: usize = 4;
-/// Buckets of a shard's first table: one page holds them and their overflow counts.
+/// Buckets of a shard's first table.
 const INITIAL_BUCKETS: usize = 32;
 /// A shard grows when an insert would fill more than MAX_LOAD_NUM/MAX_LOAD_DEN of its slots.
 const MAX_LOAD_NUM: usize = 5;
 const MAX_LOAD_DEN: usize = 8;
+/// While another thread holds the grow lock (a whole-table pass), inserts go on without growing
+/// up to this fill; past it they wait for the lock.
+const HARD_LOAD_NUM: usize = 7;
+/// Retired tables a shard keeps before it stops growing (each doubling retires one).
+const RETIRED_MAX: usize = 48;
 
 /// What the table remembers of one live allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,15 +69,42 @@ pub struct Info {
     pub backtrace_id: u32,
 }
 
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Slot {
-    /// Mangled pointer; 0 marks an empty slot (it would be the pointer `usize::MAX`).
-    key: usize,
-    info: Info,
+impl Info {
+    fn pack(self) -> u64 {
+        u64::from(self.size) | (u64::from(self.backtrace_id) << 32)
+    }
+
+    fn unpack(v: u64) -> Info {
+        Info {
+            size: v as u32,
+            backtrace_id: (v >> 32) as u32,
+        }
+    }
 }
 
 const EMPTY: usize = 0;
+const RESERVED: usize = 2;
+const FROZEN_FREE: usize = 4;
+/// The low bits every mangled key has (pointers are 8-aligned).
+const KEY_BITS: usize = 0b111;
+
+fn is_key(v: usize) -> bool {
+    v & KEY_BITS == KEY_BITS
+}
+
+fn is_frozen(v: usize) -> bool {
+    v == FROZEN_FREE || v & KEY_BITS == 0b110
+}
+
+fn freeze(v: usize) -> usize {
+    if is_key(v) { v & !1 } else { FROZEN_FREE }
+}
+
+#[repr(C)]
+struct Slot {
+    key: AtomicUsize,
+    info: AtomicU64,
+}
 
 #[repr(C, align(64))]
 struct Bucket {
@@ -53,8 +116,8 @@ fn mangle(pointer: usize) -> usize {
 }
 
 /// A pointer as the table stores it (mangled). Code that runs deep in the stack while adding an
-/// entry (interning a backtrace under the shard lock) is given only this, so that the dead
-/// stack it leaves behind holds no copy of the pointer for a conservative scan to find.
+/// entry is given only this, so that the dead stack it leaves behind holds no copy of the
+/// pointer for a conservative scan to find.
 #[derive(Clone, Copy)]
 pub struct Key(usize);
 
@@ -62,102 +125,89 @@ impl Key {
     pub fn of(pointer: usize) -> Key {
         Key(mangle(pointer))
     }
+
+    /// Pointers that are not 8-aligned are never in the table (and their mangled form could
+    /// collide with a frozen key).
+    fn valid(self) -> bool {
+        is_key(self.0)
+    }
 }
 
 /// Two rounds of multiplicative hashing. One round (Fibonacci hashing) spreads small strides
 /// perfectly but folds strides of 64 KiB and more (mmapped blocks) onto a few buckets, since a
 /// product's high bits only depend on the bits below them; folding the first product's high
-/// half down and multiplying again makes every stride look random (about 4% of entries miss
-/// their home bucket at half load). The top `SHARD_BITS` pick the shard, the bits below them
-/// the home bucket in the shard. Hashes the stored (mangled) key, see `Key`.
+/// half down and multiplying again makes every stride look random. The top `SHARD_BITS` pick
+/// the shard, the bits below them the home bucket in the shard.
 fn hash(key: usize) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
     let x = (key as u64).wrapping_mul(K);
     (x ^ (x >> 32)).wrapping_mul(K)
 }
 
-/// Where an entry is: bucket and slot.
-#[derive(Clone, Copy)]
-struct Place {
-    bucket: usize,
-    slot: usize,
-}
-
-struct Shard {
-    /// `bucket_count` buckets, then `bucket_count` u32 overflow counts, in one mapping.
-    buckets: Option<NonNull<Bucket>>,
+/// One table of a shard: a header, `bucket_count` buckets, then `bucket_count` overflow counts,
+/// in one mapping. Never changes size; growth makes a new one.
+#[repr(C, align(64))]
+struct Table {
     bucket_count: usize,
     /// 64 − log2(bucket_count): shifts a hash (shard bits removed) down to a bucket index.
     index_shift: u32,
-    len: usize,
 }
 
-// SAFETY: the bucket memory is owned by the shard and only touched under its mutex.
-unsafe impl Send for Shard {}
-
-/// Bytes of one mapping holding `buckets` buckets and their overflow counts.
 fn mapping_bytes(buckets: usize) -> Option<usize> {
-    buckets.checked_mul(size_of::<Bucket>() + size_of::<u32>())
+    buckets
+        .checked_mul(size_of::<Bucket>() + size_of::<AtomicU32>())?
+        .checked_add(size_of::<Table>())
 }
 
-impl Shard {
-    const fn new() -> Self {
-        Shard {
-            buckets: None,
-            bucket_count: 0,
-            index_shift: 64,
-            len: 0,
+/// Outcome of one attempt on one table.
+enum Attempt<T> {
+    Done(T),
+    /// A grower froze part of the table: wait for the new one and start again.
+    Frozen,
+}
+
+impl Table {
+    fn map(bucket_count: usize) -> Option<NonNull<Table>> {
+        let mem = pages::map(mapping_bytes(bucket_count)?)?.cast::<Table>();
+        // SAFETY: fresh zeroed mapping, large enough for the header; nobody else sees it yet.
+        unsafe {
+            mem.as_ptr().write(Table {
+                bucket_count,
+                index_shift: 64 - bucket_count.trailing_zeros(),
+            })
+        };
+        Some(mem)
+    }
+
+    /// # Safety
+    /// `t` must come from `Table::map` and not have been unmapped.
+    unsafe fn unmap(t: NonNull<Table>) {
+        // SAFETY: forwarded; the size is the one it was mapped with.
+        unsafe {
+            let bytes = mapping_bytes(t.as_ref().bucket_count).unwrap_or(0);
+            pages::unmap(t.cast(), bytes);
         }
     }
 
     fn buckets(&self) -> &[Bucket] {
-        match self.buckets {
-            // SAFETY: `bucket_count` buckets were mapped for this shard.
-            Some(p) => unsafe { core::slice::from_raw_parts(p.as_ptr(), self.bucket_count) },
-            None => &[],
+        // SAFETY: the buckets follow the header inside the mapping (`Table::map`); all their
+        // fields are atomics, shared freely.
+        unsafe {
+            let first = (self as *const Table).add(1).cast::<Bucket>();
+            core::slice::from_raw_parts(first, self.bucket_count)
         }
     }
 
-    /// Every occupied slot, bucket after bucket. Plain loops rather than a flat_map/filter
-    /// chain, whose resumable state did not compile to a tight loop: this is the pass of
-    /// collections, leak info and heap dumps over tables of millions (leak info at 1M live
-    /// blocks: 10% faster).
-    fn for_each_occupied(&self, mut f: impl FnMut(&Slot)) {
-        for bucket in self.buckets() {
-            for slot in &bucket.slots {
-                if slot.key != EMPTY {
-                    f(slot);
-                }
-            }
-        }
-    }
-
-    /// The buckets and their overflow counts, for writing.
-    fn parts_mut(&mut self) -> (&mut [Bucket], &mut [u32]) {
-        match self.buckets {
-            // SAFETY: one mapping holds `bucket_count` buckets followed by as many u32 counts
-            // (64-byte buckets keep the counts aligned); the two slices do not overlap, and
-            // `&mut self` gives exclusive access.
-            Some(p) => unsafe {
-                let n = self.bucket_count;
-                let counts = p.as_ptr().add(n).cast::<u32>();
-                (
-                    core::slice::from_raw_parts_mut(p.as_ptr(), n),
-                    core::slice::from_raw_parts_mut(counts, n),
-                )
-            },
-            None => (&mut [], &mut []),
-        }
-    }
-
-    fn overflow(&self) -> &[u32] {
-        match self.buckets {
-            // SAFETY: as in `parts_mut`, shared.
-            Some(p) => unsafe {
-                let n = self.bucket_count;
-                core::slice::from_raw_parts(p.as_ptr().add(n).cast::<u32>(), n)
-            },
-            None => &[],
+    fn overflow(&self) -> &[AtomicU32] {
+        // SAFETY: the counts follow the buckets inside the mapping (64-byte buckets keep them
+        // aligned); atomics.
+        unsafe {
+            let first = (self as *const Table)
+                .add(1)
+                .cast::<Bucket>()
+                .add(self.bucket_count)
+                .cast::<AtomicU32>();
+            core::slice::from_raw_parts(first, self.bucket_count)
         }
     }
 
@@ -165,351 +215,481 @@ impl Shard {
         ((h << SHARD_BITS) >> self.index_shift) as usize
     }
 
-    fn locate(&self, key: usize, h: u64) -> Option<Place> {
+    fn capacity(&self) -> usize {
+        self.bucket_count * WAYS
+    }
+
+    /// The slot holding `key`, or None. A frozen copy of the key counts as found (its info is
+    /// what the new table holds too); `Frozen` when the walk met a frozen slot without finding
+    /// the key (it may have moved).
+    fn locate(&self, key: usize, h: u64) -> Attempt<Option<(usize, &Slot)>> {
         let buckets = self.buckets();
-        if buckets.is_empty() {
-            return None;
+        let overflow = self.overflow();
+        let mask = self.bucket_count - 1;
+        let frozen_key = key & !1;
+        let mut saw_frozen = false;
+        let mut b = self.home(h);
+        // Bounded by the table's size: a lookup of an absent key must end.
+        for _ in 0..self.bucket_count {
+            for slot in &buckets[b].slots {
+                let k = slot.key.load(Ordering::Acquire);
+                if k == key || k == frozen_key {
+                    return Attempt::Done(Some((b, slot)));
+                }
+                saw_frozen |= is_frozen(k);
+            }
+            if overflow[b].load(Ordering::Acquire) == 0 {
+                break;
+            }
+            b = (b + 1) & mask;
+        }
+        if saw_frozen {
+            Attempt::Frozen
+        } else {
+            Attempt::Done(None)
+        }
+    }
+
+    fn get(&self, key: usize, h: u64) -> Attempt<Option<Info>> {
+        match self.locate(key, h) {
+            Attempt::Done(found) => Attempt::Done(
+                found.map(|(_, slot)| Info::unpack(slot.info.load(Ordering::Acquire))),
+            ),
+            Attempt::Frozen => Attempt::Frozen,
+        }
+    }
+
+    /// Claims a free slot from the home bucket on, fills it and publishes the key.
+    fn insert(&self, key: usize, h: u64, info: u64) -> Attempt<()> {
+        let buckets = self.buckets();
+        let overflow = self.overflow();
+        let mask = self.bucket_count - 1;
+        let mut b = self.home(h);
+        for _ in 0..self.bucket_count {
+            for slot in &buckets[b].slots {
+                let k = slot.key.load(Ordering::Relaxed);
+                if is_frozen(k) {
+                    return Attempt::Frozen;
+                }
+                if k != EMPTY
+                    || slot
+                        .key
+                        .compare_exchange(EMPTY, RESERVED, Ordering::Acquire, Ordering::Relaxed)
+                        .is_err()
+                {
+                    continue;
+                }
+                slot.info.store(info, Ordering::Relaxed);
+                // Release: whoever finds the key finds the info. Fails only if a grower froze
+                // the reservation meanwhile; the entry then goes into the new table.
+                return match slot.key.compare_exchange(
+                    RESERVED,
+                    key,
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => Attempt::Done(()),
+                    Err(_) => Attempt::Frozen,
+                };
+            }
+            // Counted before the entry can be published further on: a lookup that can see the
+            // entry sees the count.
+            overflow[b].fetch_add(1, Ordering::Release);
+            b = (b + 1) & mask;
+        }
+        // Completely full (only possible while growth is held off): treated as a freeze, the
+        // caller grows and retries.
+        Attempt::Frozen
+    }
+
+    fn remove(&self, key: usize, h: u64) -> Attempt<Option<Info>> {
+        let Attempt::Done(found) = self.locate(key, h) else {
+            return Attempt::Frozen;
+        };
+        let Some((at, slot)) = found else {
+            return Attempt::Done(None);
+        };
+        let info = Info::unpack(slot.info.load(Ordering::Acquire));
+        if slot
+            .key
+            .compare_exchange(key, EMPTY, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+        {
+            // Frozen under us (or found as a frozen copy).
+            return Attempt::Frozen;
         }
         let overflow = self.overflow();
         let mask = self.bucket_count - 1;
         let mut b = self.home(h);
-        // Bounded by the table's size: counts are exact, but after enough removals entries
-        // could in principle pass every bucket, and a lookup of an absent key must still end.
-        for _ in 0..self.bucket_count {
-            if let Some(slot) = buckets[b].slots.iter().position(|s| s.key == key) {
-                return Some(Place { bucket: b, slot });
-            }
-            if overflow[b] == 0 {
-                return None;
-            }
+        while b != at {
+            overflow[b].fetch_sub(1, Ordering::Relaxed);
             b = (b + 1) & mask;
         }
-        None
+        Attempt::Done(Some(info))
     }
 
-    fn get(&self, key: usize, h: u64) -> Option<Info> {
-        let place = self.locate(key, h)?;
-        Some(self.buckets()[place.bucket].slots[place.slot].info)
-    }
-
-    /// Inserts or replaces. False only when memory for growing could not be mapped.
-    fn insert(&mut self, key: usize, h: u64, info: Info) -> bool {
-        if let Some(place) = self.locate(key, h) {
-            self.parts_mut().0[place.bucket].slots[place.slot].info = info;
-            return true;
-        }
-        if (self.len + 1) * MAX_LOAD_DEN > self.bucket_count * WAYS * MAX_LOAD_NUM && !self.grow() {
-            return false;
-        }
-        self.place_new(key, h, info);
-        true
-    }
-
-    /// Puts a key known to be absent into the first bucket with room, from its home on.
-    fn place_new(&mut self, key: usize, h: u64, info: Info) {
-        let mask = self.bucket_count - 1;
-        let mut b = self.home(h);
-        let (buckets, overflow) = self.parts_mut();
-        loop {
-            if let Some(slot) = buckets[b].slots.iter_mut().find(|s| s.key == EMPTY) {
-                *slot = Slot { key, info };
-                self.len += 1;
-                return;
+    /// Replaces the info of `key`'s entry (the caller owns the entry).
+    fn set_info(&self, key: usize, h: u64, info: u64) -> Attempt<bool> {
+        match self.locate(key, h) {
+            Attempt::Done(Some((_, slot))) => {
+                slot.info.store(info, Ordering::Release);
+                // A freeze may have copied the old info meanwhile: then do it again there.
+                if slot.key.load(Ordering::SeqCst) == key {
+                    Attempt::Done(true)
+                } else {
+                    Attempt::Frozen
+                }
             }
-            overflow[b] += 1;
-            b = (b + 1) & mask;
+            Attempt::Done(None) => Attempt::Done(false),
+            Attempt::Frozen => Attempt::Frozen,
         }
     }
 
-    fn remove(&mut self, key: usize, h: u64) -> Option<Info> {
-        let place = self.locate(key, h)?;
-        let mask = self.bucket_count - 1;
-        let home = self.home(h);
-        let (buckets, overflow) = self.parts_mut();
-        let slot = &mut buckets[place.bucket].slots[place.slot];
-        let info = slot.info;
-        slot.key = EMPTY;
-        let mut b = home;
-        while b != place.bucket {
-            overflow[b] -= 1;
-            b = (b + 1) & mask;
-        }
-        self.len -= 1;
-        Some(info)
-    }
-
-    fn grow(&mut self) -> bool {
-        let new_count = if self.bucket_count == 0 {
-            INITIAL_BUCKETS
-        } else {
-            self.bucket_count * 2
-        };
-        let Some(bytes) = mapping_bytes(new_count) else {
-            return false;
-        };
-        // Zero-filled: every slot empty, every count 0.
-        let Some(mem) = pages::map(bytes) else {
-            return false;
-        };
-        let old = self.buckets;
-        let old_count = self.bucket_count;
-        self.buckets = Some(mem.cast());
-        self.bucket_count = new_count;
-        self.index_shift = 64 - new_count.trailing_zeros();
-        self.len = 0;
-        if let Some(old) = old {
-            // SAFETY: the old table had `old_count` buckets and is no longer referenced.
-            let old_slots = unsafe {
-                core::slice::from_raw_parts(old.as_ptr().cast::<Slot>(), old_count * WAYS)
-            };
-            for slot in old_slots.iter().filter(|s| s.key != EMPTY) {
-                self.place_new(slot.key, hash(slot.key), slot.info);
+    /// Every published entry as (mangled key, packed info).
+    fn for_each(&self, mut f: impl FnMut(usize, u64)) {
+        for bucket in self.buckets() {
+            for slot in &bucket.slots {
+                let k = slot.key.load(Ordering::Acquire);
+                if is_key(k) {
+                    f(k, slot.info.load(Ordering::Acquire));
+                }
             }
-            // SAFETY: mapped by `grow` with exactly this size (it was computable then).
-            unsafe { pages::unmap(old.cast(), mapping_bytes(old_count).unwrap_or(0)) };
         }
-        true
+    }
+
+    /// Growth, step one: makes every slot frozen, so that no hot-path CAS on this table can
+    /// succeed any more.
+    fn freeze_all(&self) {
+        for bucket in self.buckets() {
+            for slot in &bucket.slots {
+                let mut v = slot.key.load(Ordering::Relaxed);
+                while !is_frozen(v) {
+                    match slot.key.compare_exchange_weak(
+                        v,
+                        freeze(v),
+                        Ordering::SeqCst,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => break,
+                        Err(now) => v = now,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Growth, step two: the frozen entries, as (mangled key, packed info).
+    fn for_each_frozen(&self, mut f: impl FnMut(usize, u64)) {
+        for bucket in self.buckets() {
+            for slot in &bucket.slots {
+                let k = slot.key.load(Ordering::Acquire);
+                if k != FROZEN_FREE {
+                    f(k | 1, slot.info.load(Ordering::Acquire));
+                }
+            }
+        }
     }
 }
 
+/// Says when tables that threads may still be reading can be unmapped: `observe` ORs into
+/// `seen` one bit for each place where no reader is inside now, and returns true once every
+/// place has been seen empty.
+pub type Quiescence = fn(seen: &mut u32) -> bool;
+
+/// Never reclaims (tests, where readers are not counted by any gate).
+#[cfg(test)]
+pub fn never_quiescent(_: &mut u32) -> bool {
+    false
+}
+
+#[derive(Clone, Copy)]
+struct Retired {
+    table: Option<NonNull<Table>>,
+    seen: u32,
+}
+
+/// What the grow lock protects: tables retired but perhaps still read.
+struct GrowState {
+    retired: [Retired; RETIRED_MAX],
+}
+
+// SAFETY: the retired tables are owned by the shard and handled only under its grow lock.
+unsafe impl Send for GrowState {}
+
 #[repr(align(64))]
-struct PaddedShard(Mutex<Shard>);
+struct Shard {
+    table: AtomicPtr<Table>,
+    len: AtomicUsize,
+    grow: Mutex<GrowState>,
+}
 
 pub struct PointerTable {
-    shards: [PaddedShard; SHARDS],
+    shards: [Shard; SHARDS],
+    quiescence: Quiescence,
+}
+
+/// Waits until `shard`'s table is no longer `seen` (a grower is at work: it holds the grow
+/// lock with the backtrace signal blocked, so it will finish).
+fn wait_for_new_table(shard: &Shard, seen: *mut Table) {
+    let mut spins = 0u32;
+    while shard.table.load(Ordering::SeqCst) == seen {
+        spins += 1;
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
 }
 
 impl PointerTable {
-    pub const fn new() -> Self {
+    pub const fn new(quiescence: Quiescence) -> Self {
         PointerTable {
-            shards: [const { PaddedShard(Mutex::new(Shard::new())) }; SHARDS],
+            shards: [const {
+                Shard {
+                    table: AtomicPtr::new(core::ptr::null_mut()),
+                    len: AtomicUsize::new(0),
+                    grow: Mutex::new(GrowState {
+                        retired: [Retired {
+                            table: None,
+                            seen: 0,
+                        }; RETIRED_MAX],
+                    }),
+                }
+            }; SHARDS],
+            quiescence,
         }
     }
 
-    fn shard(&self, h: u64) -> &Mutex<Shard> {
-        &self.shards[(h >> (64 - SHARD_BITS)) as usize].0
+    fn shard(&self, h: u64) -> &Shard {
+        &self.shards[(h >> (64 - SHARD_BITS)) as usize]
     }
 
-    /// Records a live allocation (replacing an existing record of the same pointer). Returns
-    /// false if the table could not grow (out of address space).
+    #[cfg(test)]
     pub fn add(&self, pointer: usize, info: Info) -> bool {
-        self.add_with(Key::of(pointer), || info)
+        self.add_key(Key::of(pointer), info)
     }
 
-    /// `add` with the info made by `make` while the pointer's shard is locked: what `make`
-    /// hands out (an interned backtrace id) is in the table before a collection of backtrace
-    /// records, which holds every shard, can look for it.
-    pub fn add_with(&self, key: Key, make: impl FnOnce() -> Info) -> bool {
+    /// Records a live allocation. Returns false if the table could not grow (out of address
+    /// space) and the entry is not recorded.
+    pub fn add_key(&self, key: Key, info: Info) -> bool {
+        if !key.valid() {
+            return false;
+        }
         let h = hash(key.0);
-        let mut shard = self.shard(h).lock();
-        let info = make();
-        shard.insert(key.0, h, info)
+        let shard = self.shard(h);
+        loop {
+            let t = shard.table.load(Ordering::SeqCst);
+            // SAFETY: a published table stays mapped while this call runs (see `Quiescence`).
+            let Some(table) = (unsafe { t.as_ref() }) else {
+                if !self.grow(shard, t, true) {
+                    return false;
+                }
+                continue;
+            };
+            let len = shard.len.load(Ordering::Relaxed) + 1;
+            if len * MAX_LOAD_DEN > table.capacity() * MAX_LOAD_NUM {
+                let must = len * MAX_LOAD_DEN > table.capacity() * HARD_LOAD_NUM;
+                if !self.grow(shard, t, must) && must {
+                    return false;
+                }
+                if shard.table.load(Ordering::SeqCst) != t {
+                    continue;
+                }
+            }
+            match table.insert(key.0, h, info.pack()) {
+                Attempt::Done(()) => {
+                    shard.len.fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+                // A grower froze the table (growing again finds the new one under the lock and
+                // returns), or the table was full while growth was held off.
+                Attempt::Frozen => {
+                    if shard.table.load(Ordering::SeqCst) == t && !self.grow(shard, t, true) {
+                        return false;
+                    }
+                }
+            }
+        }
     }
 
     pub fn remove(&self, pointer: usize) -> Option<Info> {
-        let key = mangle(pointer);
-        let h = hash(key);
-        self.shard(h).lock().remove(key, h)
+        let key = Key::of(pointer);
+        if !key.valid() {
+            return None;
+        }
+        let h = hash(key.0);
+        let shard = self.shard(h);
+        loop {
+            let t = shard.table.load(Ordering::SeqCst);
+            // SAFETY: as in `add_key`.
+            let table = unsafe { t.as_ref() }?;
+            match table.remove(key.0, h) {
+                Attempt::Done(found) => {
+                    if found.is_some() {
+                        shard.len.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    return found;
+                }
+                Attempt::Frozen => wait_for_new_table(shard, t),
+            }
+        }
     }
 
     pub fn get(&self, pointer: usize) -> Option<Info> {
-        let key = mangle(pointer);
-        let h = hash(key);
-        self.shard(h).lock().get(key, h)
+        let key = Key::of(pointer);
+        if !key.valid() {
+            return None;
+        }
+        let h = hash(key.0);
+        let shard = self.shard(h);
+        loop {
+            let t = shard.table.load(Ordering::SeqCst);
+            // SAFETY: as in `add_key`.
+            let table = unsafe { t.as_ref() }?;
+            match table.get(key.0, h) {
+                Attempt::Done(found) => return found,
+                Attempt::Frozen => wait_for_new_table(shard, t),
+            }
+        }
     }
 
-    /// Locks every shard (in a fixed order) for a consistent view of the whole table.
+    /// Replaces the info of a live entry that the caller owns (it added it and has not yet
+    /// handed the pointer out). False when the entry is not there.
+    pub fn set_info(&self, key: Key, info: Info) -> bool {
+        if !key.valid() {
+            return false;
+        }
+        let h = hash(key.0);
+        let shard = self.shard(h);
+        loop {
+            let t = shard.table.load(Ordering::SeqCst);
+            // SAFETY: as in `add_key`.
+            let Some(table) = (unsafe { t.as_ref() }) else {
+                return false;
+            };
+            match table.set_info(key.0, h, info.pack()) {
+                Attempt::Done(found) => return found,
+                Attempt::Frozen => wait_for_new_table(shard, t),
+            }
+        }
+    }
+
+    /// Replaces `seen` with a table twice its size (or the first one). `wait`: take the grow
+    /// lock even if another thread holds it; otherwise give up at once. True when the shard's
+    /// table is no longer `seen` afterwards (grown by us or by someone else).
+    #[cold]
+    #[inline(never)]
+    fn grow(&self, shard: &Shard, seen: *mut Table, wait: bool) -> bool {
+        // Marked and with the backtrace signal blocked: a thread waiting for this lock (or for
+        // the freeze to end) then never waits for a parked thread.
+        let _slow = crate::sync::DisabledScope::enter();
+        let guard = if wait {
+            Some(shard.grow.lock())
+        } else {
+            shard.grow.try_lock()
+        };
+        let Some(mut state) = guard else {
+            return false;
+        };
+        if shard.table.load(Ordering::SeqCst) != seen {
+            return true;
+        }
+        let Some(slot) = state.retired.iter().position(|r| r.table.is_none()) else {
+            self.reclaim(&mut state);
+            return false;
+        };
+        // SAFETY: `seen` is the current table (checked under the lock), mapped.
+        let old = unsafe { seen.as_ref() };
+        let new_count = old.map_or(INITIAL_BUCKETS, |t| t.bucket_count * 2);
+        let Some(new) = Table::map(new_count) else {
+            return false;
+        };
+        if let Some(old) = old {
+            old.freeze_all();
+            // SAFETY: `new` is ours alone until published below.
+            let fresh = unsafe { new.as_ref() };
+            old.for_each_frozen(|key, info| {
+                // Cannot be frozen or full: private, and at most half as full as `old`.
+                let _ = fresh.insert(key, hash(key), info);
+            });
+        }
+        shard.table.store(new.as_ptr(), Ordering::SeqCst);
+        if let Some(old) = NonNull::new(seen) {
+            state.retired[slot] = Retired {
+                table: Some(old),
+                seen: 0,
+            };
+        }
+        self.reclaim(&mut state);
+        true
+    }
+
+    /// Unmaps the retired tables nobody can still be reading.
+    fn reclaim(&self, state: &mut MutexGuard<'_, GrowState>) {
+        for r in state.retired.iter_mut() {
+            if let Some(t) = r.table
+                && (self.quiescence)(&mut r.seen)
+            {
+                // SAFETY: retired (no longer published) and every reader since has left.
+                unsafe { Table::unmap(t) };
+                r.table = None;
+            }
+        }
+    }
+
+    /// Holds every shard's grow lock (in a fixed order) so that the tables a whole-table pass
+    /// reads stay current. The caller should be marked (`DisabledScope`), so that the backtrace
+    /// signal is blocked while it holds them.
     pub fn lock_all(&self) -> AllLocked<'_> {
         AllLocked {
-            guards: core::array::from_fn(|i| self.shards[i].0.lock()),
+            table: self,
+            guards: core::array::from_fn(|i| self.shards[i].grow.lock()),
         }
     }
 
-    /// Fork prepare / `malloc_disable`: hold every shard without guards.
-    pub fn lock_all_raw(&self) {
+    /// Fork child: the threads that held grow locks are gone.
+    pub fn reset_in_child(&self) {
         for s in &self.shards {
-            s.0.lock_raw();
+            s.grow.force_unlock();
         }
     }
 
-    /// Every live (pointer, info) while the caller already holds every shard (taken with
-    /// `lock_all_raw`, e.g. between malloc_disable and malloc_enable on this thread).
-    ///
-    /// # Safety
-    /// The calling thread must hold all shard locks.
-    pub unsafe fn for_each_held(&self, mut f: impl FnMut(usize, Info)) {
+    /// Every live (pointer, info), without holding anything: for a caller that excludes
+    /// growth otherwise (the gate is closed: `malloc_disable`, finalize, a fork child).
+    pub fn for_each_unlocked(&self, mut f: impl FnMut(usize, Info)) {
         for s in &self.shards {
-            // SAFETY: forwarded: the caller holds this shard's lock.
-            let shard = unsafe { s.0.get_unlocked() };
-            shard.for_each_occupied(|slot| f(mangle(slot.key), slot.info));
-        }
-    }
-
-    /// Fork parent / child / `malloc_enable`.
-    pub fn unlock_all_raw(&self) {
-        for s in self.shards.iter().rev() {
-            s.0.force_unlock();
+            // SAFETY: as in `add_key`.
+            if let Some(t) = unsafe { s.table.load(Ordering::SeqCst).as_ref() } {
+                t.for_each(|k, info| f(mangle(k), Info::unpack(info)));
+            }
         }
     }
 }
 
-impl Default for PointerTable {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// The whole table, locked.
+/// The whole table with growth held off.
 pub struct AllLocked<'a> {
-    guards: [MutexGuard<'a, Shard>; SHARDS],
+    table: &'a PointerTable,
+    #[allow(dead_code, reason = "held for their Drop")]
+    guards: [MutexGuard<'a, GrowState>; SHARDS],
 }
 
 impl AllLocked<'_> {
+    /// Entries now (others may come and go while the caller looks).
     pub fn len(&self) -> usize {
-        self.guards.iter().map(|g| g.len).sum()
+        self.table
+            .shards
+            .iter()
+            .map(|s| s.len.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Every live (pointer, info), in table order.
-    pub fn for_each(&self, mut f: impl FnMut(usize, Info)) {
-        for shard in &self.guards {
-            shard.for_each_occupied(|slot| f(mangle(slot.key), slot.info));
-        }
+    pub fn for_each(&self, f: impl FnMut(usize, Info)) {
+        self.table.for_each_unlocked(f);
     }
 }
 
 #[cfg(test)]
-impl Shard {
-    /// Entries that do not live in their home bucket.
-    fn displaced_entries(&self) -> usize {
-        let mut n = 0;
-        for (b, bucket) in self.buckets().iter().enumerate() {
-            for s in bucket.slots.iter().filter(|s| s.key != EMPTY) {
-                n += usize::from(self.home(hash(s.key)) != b);
-            }
-        }
-        n
-    }
-
-    /// Recomputes every overflow count from where the entries are and compares.
-    fn check_overflow_counts(&self) {
-        let n = self.bucket_count;
-        let mut expected = vec![0u32; n];
-        for (b, bucket) in self.buckets().iter().enumerate() {
-            for s in bucket.slots.iter().filter(|s| s.key != EMPTY) {
-                let mut c = self.home(hash(s.key));
-                while c != b {
-                    expected[c] += 1;
-                    c = (c + 1) & (n - 1);
-                }
-            }
-        }
-        assert_eq!(self.overflow(), &expected[..]);
-        let mut occupied = 0;
-        self.for_each_occupied(|_| occupied += 1);
-        assert_eq!(occupied, self.len);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn info(size: u32) -> Info {
-        Info {
-            size,
-            backtrace_id: 0,
-        }
-    }
-
-    #[test]
-    fn add_get_remove_many() {
-        let t = Box::new(PointerTable::new());
-        for i in 1..200_000usize {
-            assert!(t.add(i * 16, info(i as u32)));
-        }
-        assert_eq!(t.lock_all().len(), 199_999);
-        for i in (1..200_000usize).step_by(2) {
-            assert_eq!(t.remove(i * 16), Some(info(i as u32)));
-        }
-        for i in 1..200_000usize {
-            let expected = if i % 2 == 1 {
-                None
-            } else {
-                Some(info(i as u32))
-            };
-            assert_eq!(t.get(i * 16), expected, "pointer {}", i * 16);
-        }
-        assert_eq!(t.remove(16), None);
-    }
-
-    #[test]
-    fn matches_a_model_under_random_operations() {
-        let t = Box::new(PointerTable::new());
-        let mut model = HashMap::new();
-        let mut x: u64 = 0x1234_5678;
-        for _ in 0..300_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // A small key space so that removals hit, with clustered addresses.
-            let p = ((x % 5000) as usize + 1) * 16;
-            match x % 3 {
-                0 | 1 => {
-                    t.add(p, info((x >> 40) as u32));
-                    model.insert(p, info((x >> 40) as u32));
-                }
-                _ => assert_eq!(t.remove(p), model.remove(&p)),
-            }
-        }
-        let all = t.lock_all();
-        for g in &all.guards {
-            g.check_overflow_counts();
-        }
-        let mut seen = Vec::new();
-        all.for_each(|pointer, info| seen.push((pointer, info)));
-        seen.sort_by_key(|e| e.0);
-        let mut expected: Vec<_> = model.into_iter().collect();
-        expected.sort_by_key(|e| e.0);
-        assert_eq!(seen, expected);
-    }
-
-    /// Heap addresses come in strides (16-byte chunks, 4 KiB pages, 64 KiB mmaps): every
-    /// stride must spread over all shards and keep probe runs short.
-    #[test]
-    fn strided_pointers_spread_over_shards_and_slots() {
-        for stride in [16usize, 48, 4096, 65536, 1 << 20, 1 << 21] {
-            let t = Box::new(PointerTable::new());
-            let n = 64 * 1024;
-            for i in 0..n {
-                t.add(0x5555_0000_0000 + i * stride, info(1));
-            }
-            let all = t.lock_all();
-            let per_shard: Vec<usize> = all.guards.iter().map(|g| g.len).collect();
-            let max = *per_shard.iter().max().unwrap();
-            assert!(
-                max <= 2 * n / SHARDS,
-                "stride {stride}: shard sizes {per_shard:?}"
-            );
-            // Entries displaced from their home bucket cost a second cache line per lookup.
-            let displaced: usize = all.guards.iter().map(|g| g.displaced_entries()).sum();
-            assert!(
-                displaced * 10 < n,
-                "stride {stride}: {displaced} of {n} entries displaced"
-            );
-            for g in &all.guards {
-                g.check_overflow_counts();
-            }
-        }
-    }
-
-    #[test]
-    fn keys_are_stored_mangled() {
-        let t = Box::new(PointerTable::new());
-        t.add(0x1000, info(1));
-        let shard = t.shard(hash(mangle(0x1000))).lock();
-        let mut keys = Vec::new();
-        shard.for_each_occupied(|s| keys.push(s.key));
-        assert_eq!(keys, [!0x1000usize]);
-    }
-}
+mod tests;

@@ -59,28 +59,48 @@ impl Snapshot {
         });
     }
 
-    /// Every live allocation, unsorted and without frame counts, copied under the table's locks.
+    /// Every live allocation, unsorted and without frame counts, copied while the table cannot
+    /// grow. Other threads go on adding and removing entries meanwhile: the copy holds each
+    /// entry that lived through the whole copy, and any mix of those that came or went.
     pub fn take_unsorted() -> Option<Snapshot> {
         let pin = tracking::pin_records();
+        // Marked and with the backtrace signal blocked while the grow locks are held.
+        let _slow = crate::sync::DisabledScope::enter();
         let table = POINTERS.lock_all();
-        let mut s = Snapshot::with_capacity(table.len(), pin)?;
-        table.for_each(|pointer, info| s.push_entry(pointer, info));
-        Some(s)
+        Self::copy(pin, table.len(), |f| table.for_each(f))
     }
 
-    /// As `take_unsorted`, for a thread that already holds every table lock.
-    ///
-    /// # Safety
-    /// The calling thread must hold all of the live table's locks (malloc_disable).
-    pub unsafe fn take_unsorted_held() -> Option<Snapshot> {
+    /// As `take_unsorted`, for a caller that holds the gate closed (malloc_disable): nothing
+    /// else runs in the library.
+    pub fn take_unsorted_quiescent() -> Option<Snapshot> {
         let pin = tracking::pin_records();
         let mut count = 0;
-        // SAFETY: forwarded.
-        unsafe { POINTERS.for_each_held(|_, _| count += 1) };
-        let mut s = Snapshot::with_capacity(count, pin)?;
-        // SAFETY: forwarded.
-        unsafe { POINTERS.for_each_held(|pointer, info| s.push_entry(pointer, info)) };
-        Some(s)
+        POINTERS.for_each_unlocked(|_, _| count += 1);
+        Self::copy(pin, count, |f| POINTERS.for_each_unlocked(f))
+    }
+
+    /// Copies what `for_each` passes; room for `len` entries and some that may arrive meanwhile,
+    /// and a second try with more room if even that was not enough.
+    fn copy(
+        pin: tracking::RecordPin,
+        len: usize,
+        for_each: impl Fn(&mut dyn FnMut(usize, crate::pointers::Info)),
+    ) -> Option<Snapshot> {
+        let mut pin = Some(pin);
+        let mut room = len + len / 8 + 64;
+        loop {
+            let mut s = Snapshot::with_capacity(room, pin.take()?)?;
+            let mut seen = 0usize;
+            for_each(&mut |pointer, info| {
+                seen += 1;
+                s.push_entry(pointer, info);
+            });
+            if seen <= room {
+                return Some(s);
+            }
+            room = seen + seen / 4 + 64;
+            pin = Some(core::mem::replace(&mut s._pin, tracking::pin_records()));
+        }
     }
 
     /// Every live allocation, sorted. `None` if memory for the copy could not be mapped.

@@ -95,7 +95,7 @@ pub unsafe fn initialize(
         // Bionic initialises once per process; a second call cannot replace live state.
         return false;
     }
-    sync::register_fork_handlers();
+    register_fork_handlers();
     NATIVE.store(dispatch.cast_mut(), Ordering::Release);
     // SAFETY: the caller guarantees the table outlives the process.
     let dispatch: &'static MallocDispatch = unsafe { &*dispatch };
@@ -216,27 +216,72 @@ pub fn finalize() {
     sync::GATE.open();
 }
 
-/// Takes every tracking lock, in the reference's order (free queue, live pointers, backtraces):
-/// fork prepare and `malloc_disable`.
-pub fn lock_all_for_fork() {
+// ---------------------------------------------------------------------------------------------
+// Fork
+
+static FORK_HANDLERS_REGISTERED: AtomicBool = AtomicBool::new(false);
+/// The forking thread's `DisabledScope`, kept from prepare to parent/child (one forker at a
+/// time gets past the locks prepare takes).
+static FORK_SCOPE: AtomicU8 = AtomicU8::new(0);
+
+/// Registers the fork handlers once per process. Prepare closes the gate (no call is in flight
+/// at the fork) and takes the remaining locks, so that the child finds everything free.
+pub fn register_fork_handlers() {
+    if FORK_HANDLERS_REGISTERED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: the handlers are plain functions that live as long as the process.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+}
+
+// The gate is closed first: once it has drained, no call is in flight, so no stack walk either
+// (a walk holds the dynamic loader's lock, and a child forked while another thread held it could
+// never walk a stack again). Closing the walks' own gate first would deadlock: a thread inside
+// the call gate would wait at the walks' gate for the forker, which waits for it. The forking
+// thread is marked, with the backtrace signal blocked, until the handlers after the fork:
+// threads wait for the closed gates and the locks it holds.
+extern "C" fn fork_prepare() {
+    let scope = sync::DisabledScope::enter();
+    sync::GATE.close_allowing(sync::own_calls_at_fork());
+    crate::backtrace::CAPTURES.close();
+    lock_all_for_fork();
+    FORK_SCOPE.store(scope.into_raw(), Ordering::Relaxed);
+}
+
+extern "C" fn fork_parent() {
+    let scope = FORK_SCOPE.load(Ordering::Relaxed);
+    unlock_all_after_fork();
+    crate::backtrace::CAPTURES.open();
+    sync::GATE.open();
+    drop(sync::DisabledScope::from_raw(scope));
+}
+
+extern "C" fn fork_child() {
+    let scope = FORK_SCOPE.load(Ordering::Relaxed);
+    sync::GATE.reset_in_child();
+    sync::forked_in_child();
+    crate::record::reset_in_child();
+    crate::tracking::reset_in_child();
+    crate::backtrace::CAPTURES.reset_in_child();
+    unlock_all_after_fork();
+    crate::iterate::reset_in_child();
+    crate::backtrace::CAPTURES.open();
+    drop(sync::DisabledScope::from_raw(scope));
+}
+
+/// Takes the locks that threads outside the gate may hold (a finalize in progress, a
+/// malloc_disable's iteration): backtrace records, then the symbolizer.
+fn lock_all_for_fork() {
     if get().is_some_and(|s| s.has(bits::TRACK_ALLOCS)) {
-        FREE_QUEUE.lock_raw();
-        crate::tracking::POINTERS.lock_all_raw();
         crate::tracking::BACKTRACES.lock_raw();
     }
     crate::backtrace::lock_raw();
 }
 
-/// Fork parent, fork child (where the holders no longer exist) and `malloc_enable`.
-pub fn unlock_all_after_fork() {
+/// Fork parent and fork child (where the holders no longer exist).
+fn unlock_all_after_fork() {
     crate::backtrace::unlock_raw();
     if get().is_some_and(|s| s.has(bits::TRACK_ALLOCS)) {
         crate::tracking::BACKTRACES.unlock_raw();
-        crate::tracking::POINTERS.unlock_all_raw();
-        FREE_QUEUE.unlock_raw();
     }
-}
-
-pub fn reset_all_in_child() {
-    unlock_all_after_fork();
 }

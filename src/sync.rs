@@ -1,8 +1,14 @@
-//! Synchronisation that is safe inside malloc: the per-thread re-entrancy flag, the process-wide
-//! gate that `debug_finalize` closes, and the fork handlers.
+//! Synchronisation that is safe inside malloc: the per-thread re-entrancy flag (which also
+//! blocks bionic's backtrace signal while it is set), and the process-wide gate that
+//! `debug_finalize`, `malloc_disable` and fork close.
+//!
+//! The signal-33 rule (docs/design.md): a thread may wait for a lock only if every holder of
+//! that lock has the backtrace signal blocked. The hot path holds no lock at all; everything
+//! that does hold one runs inside a `DisabledScope`, which blocks the signal.
 
+use crate::mutex::{futex_wait, futex_wake_all};
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 // ---------------------------------------------------------------------------------------------
 // Re-entrancy flag ("debug calls disabled")
@@ -57,30 +63,58 @@ fn set_disabled(on: bool) {
     }
 }
 
-/// Marks the thread "inside malloc debug" for its lifetime, if it was not already.
+/// Marks the thread "inside malloc debug" for its lifetime, if it was not already, and blocks
+/// the backtrace signal meanwhile: the slow paths that run foreign code or take a lock (logging,
+/// reports, table growth, new backtrace records, collections) run inside one. Allocations a
+/// signal handler makes meanwhile go straight to the native allocator, so a handler can never
+/// wait for a lock its own thread holds.
 pub struct DisabledScope {
     was_clear: bool,
+    _signal: BacktraceSignalBlock,
 }
 
 impl DisabledScope {
     pub fn enter() -> Self {
-        let was_clear = !debug_calls_disabled();
-        if was_clear {
-            set_disabled(true);
+        if debug_calls_disabled() {
+            return Self::unmarked();
         }
-        DisabledScope { was_clear }
+        Self::enter_clear()
     }
 
-    /// `enter` for a caller that has just seen the flag clear (saves a second key lookup on
-    /// every call).
+    /// `enter` for a caller that has just seen the flag clear (saves a second key lookup).
     pub fn enter_clear() -> Self {
+        // Signal first: a handler that ran between the two would find the thread unmarked but
+        // holding nothing yet.
+        let signal = BacktraceSignalBlock::new();
         set_disabled(true);
-        DisabledScope { was_clear: true }
+        DisabledScope {
+            was_clear: true,
+            _signal: signal,
+        }
     }
 
-    /// A scope that leaves the flag alone (an allocation call: see `entry::enter_allocation`).
+    /// Ends the scope's life without ending its effect, for a scope that must outlive the
+    /// function that made it (fork prepare to fork parent/child, malloc_disable to
+    /// malloc_enable). `from_raw` makes it again.
+    pub fn into_raw(self) -> u8 {
+        let bits = u8::from(self.was_clear) | (u8::from(self._signal.unblocks()) << 1);
+        core::mem::forget(self);
+        bits
+    }
+
+    pub fn from_raw(bits: u8) -> Self {
+        DisabledScope {
+            was_clear: bits & 1 != 0,
+            _signal: BacktraceSignalBlock::from_unblocks(bits & 2 != 0),
+        }
+    }
+
+    /// A scope that changes nothing (the thread was already marked).
     pub fn unmarked() -> Self {
-        DisabledScope { was_clear: false }
+        DisabledScope {
+            was_clear: false,
+            _signal: BacktraceSignalBlock::none(),
+        }
     }
 }
 
@@ -88,6 +122,96 @@ impl Drop for DisabledScope {
     fn drop(&mut self) {
         if self.was_clear {
             set_disabled(false);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bionic's backtrace signal
+
+/// Blocks bionic's backtrace signal (`BIONIC_SIGNAL_BACKTRACE` = SIGRTMIN+1 = 33) while it
+/// lives, so that a thread holding one of the library's locks is never parked by an unwinder
+/// that may then wait for that lock. libc's `sigprocmask` refuses reserved signals, hence the
+/// raw syscall. glibc has no such signal: hosts make no syscall.
+pub struct BacktraceSignalBlock {
+    #[cfg(target_os = "android")]
+    unblock: bool,
+}
+
+#[cfg(target_os = "android")]
+const BACKTRACE_SIGNAL_MASK: u64 = 1 << (33 - 1);
+
+impl BacktraceSignalBlock {
+    #[cfg(target_os = "android")]
+    pub fn new() -> Self {
+        let set: u64 = BACKTRACE_SIGNAL_MASK;
+        let mut old: u64 = 0;
+        // SAFETY: rt_sigprocmask with 8-byte kernel sigsets that live across the call.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_BLOCK,
+                &set,
+                &mut old,
+                8usize,
+            );
+        }
+        BacktraceSignalBlock {
+            unblock: old & BACKTRACE_SIGNAL_MASK == 0,
+        }
+    }
+
+    #[cfg(not(target_os = "android"))]
+    pub fn new() -> Self {
+        BacktraceSignalBlock {}
+    }
+
+    fn unblocks(&self) -> bool {
+        #[cfg(target_os = "android")]
+        return self.unblock;
+        #[cfg(not(target_os = "android"))]
+        false
+    }
+
+    fn from_unblocks(unblock: bool) -> Self {
+        #[cfg(not(target_os = "android"))]
+        let _ = unblock;
+        BacktraceSignalBlock {
+            #[cfg(target_os = "android")]
+            unblock,
+        }
+    }
+
+    /// Blocks nothing.
+    pub fn none() -> Self {
+        BacktraceSignalBlock {
+            #[cfg(target_os = "android")]
+            unblock: false,
+        }
+    }
+}
+
+impl Default for BacktraceSignalBlock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(target_os = "android")]
+impl Drop for BacktraceSignalBlock {
+    fn drop(&mut self) {
+        if self.unblock {
+            let set: u64 = BACKTRACE_SIGNAL_MASK;
+            // SAFETY: as in new(); the old mask is not needed.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigprocmask,
+                    libc::SIG_UNBLOCK,
+                    &set,
+                    core::ptr::null_mut::<u64>(),
+                    8usize,
+                );
+            }
         }
     }
 }
@@ -102,10 +226,14 @@ struct PaddedCount(AtomicUsize);
 
 /// A reader/writer gate built for the hot path: readers touch one of several cache-line-sized
 /// counters (chosen by stack address, so threads rarely share one) instead of one shared word,
-/// so concurrent allocating threads do not bounce a cache line. The writer (`close`) is rare:
-/// it raises `closed` and waits for every counter to drain.
+/// so concurrent allocating threads do not bounce a cache line. Closers (finalize,
+/// malloc_disable, fork) are rare: a closer raises `closers` and waits for every counter to
+/// drain; readers that arrive meanwhile sleep on `closers` until the last closer opens.
+///
+/// The counters also tell when memory that readers may still hold (the live table's old
+/// tables) can be given back: `observe_quiescence`.
 pub struct Gate {
-    closed: AtomicBool,
+    closers: AtomicU32,
     readers: [PaddedCount; GATE_SHARDS],
 }
 
@@ -114,7 +242,7 @@ pub static GATE: Gate = Gate::new();
 impl Gate {
     pub const fn new() -> Self {
         Gate {
-            closed: AtomicBool::new(false),
+            closers: AtomicU32::new(0),
             readers: [const { PaddedCount(AtomicUsize::new(0)) }; GATE_SHARDS],
         }
     }
@@ -128,39 +256,83 @@ impl Gate {
     }
 
     /// Enters as a reader, waiting while the gate is closed.
+    #[inline]
     pub fn enter(&'static self) -> GateGuard {
         let shard = self.shard();
         loop {
-            while self.closed.load(Ordering::SeqCst) {
-                wait_a_moment();
-            }
             shard.fetch_add(1, Ordering::SeqCst);
-            // Pairs with the SeqCst store in `close`: either the closer sees our count or we see
-            // its flag.
-            if !self.closed.load(Ordering::SeqCst) {
+            // Pairs with the SeqCst increment in `close`: either the closer sees our count or
+            // we see its mark.
+            if self.closers.load(Ordering::SeqCst) == 0 {
                 return GateGuard { shard };
             }
             shard.fetch_sub(1, Ordering::SeqCst);
+            self.wait_while_closed();
         }
     }
 
-    /// Closes the gate and waits until no reader is inside.
+    #[cold]
+    fn wait_while_closed(&self) {
+        loop {
+            let c = self.closers.load(Ordering::SeqCst);
+            if c == 0 {
+                return;
+            }
+            futex_wait(&self.closers, c);
+        }
+    }
+
+    /// Closes the gate and waits until no reader is inside. Closes nest.
     pub fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        while self.readers.iter().any(|r| r.0.load(Ordering::SeqCst) != 0) {
+        self.close_allowing(0);
+    }
+
+    /// Closes the gate and waits until at most `own` readers are inside: the calling thread's
+    /// own, when it closes from inside a call (a fork made by the library itself). A thread
+    /// keeps its count for its whole call and late arrivals only add to the counts, so a sum
+    /// read counter by counter that comes to `own` proves no other call is in flight.
+    pub fn close_allowing(&self, own: usize) {
+        self.closers.fetch_add(1, Ordering::SeqCst);
+        while self
+            .readers
+            .iter()
+            .map(|r| r.0.load(Ordering::SeqCst))
+            .sum::<usize>()
+            > own
+        {
             wait_a_moment();
         }
     }
 
     pub fn open(&self) {
-        self.closed.store(false, Ordering::SeqCst);
+        if self
+            .closers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1))
+            == Ok(1)
+        {
+            futex_wake_all(&self.closers);
+        }
     }
 
-    /// After fork only the forking thread exists; readers counted in other threads are gone.
+    /// After fork only the forking thread exists: readers and closers counted in other threads
+    /// are gone.
     pub fn reset_in_child(&self) {
         for r in &self.readers {
             r.0.store(0, Ordering::SeqCst);
         }
+        self.closers.store(0, Ordering::SeqCst);
+    }
+
+    /// ORs into `seen` a bit for every reader counter that is zero now; true once all are
+    /// seen. A counter seen at zero after some moment proves that every thread counted there
+    /// at that moment has left: a thread keeps its counter above zero for its whole call.
+    pub fn observe_quiescence(&self, seen: &mut u32) -> bool {
+        for (i, r) in self.readers.iter().enumerate() {
+            if r.0.load(Ordering::SeqCst) == 0 {
+                *seen |= 1 << i;
+            }
+        }
+        *seen & ((1 << GATE_SHARDS) - 1) == (1 << GATE_SHARDS) - 1
     }
 }
 
@@ -169,51 +341,41 @@ pub struct GateGuard {
 }
 
 impl Drop for GateGuard {
+    #[inline]
     fn drop(&mut self) {
         self.shard.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
+/// The thread that forks from inside a library call (the unreachable-memory check), so that
+/// the fork handlers do not wait for its own call to end. 0: none.
+static FORKING_INSIDE: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+
+/// Runs `fork` for a thread that is inside a library call (its gate count is held).
+pub fn fork_from_inside() -> libc::pid_t {
+    FORKING_INSIDE.store(crate::platform::gettid(), Ordering::SeqCst);
+    // SAFETY: fork; the fork handlers leave the child able to run the library.
+    let pid = unsafe { libc::fork() };
+    if pid != 0 {
+        FORKING_INSIDE.store(0, Ordering::SeqCst);
+    }
+    pid
+}
+
+/// The calls the forking thread itself has in flight (see `fork_from_inside`).
+pub fn own_calls_at_fork() -> usize {
+    let tid = FORKING_INSIDE.load(Ordering::SeqCst);
+    usize::from(tid != 0 && tid == crate::platform::gettid())
+}
+
+/// Fork child: the child's own fork is over.
+pub fn forked_in_child() {
+    FORKING_INSIDE.store(0, Ordering::SeqCst);
+}
+
 fn wait_a_moment() {
     // SAFETY: sched_yield has no preconditions.
     unsafe { libc::sched_yield() };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fork
-
-static FORK_HANDLERS_REGISTERED: AtomicBool = AtomicBool::new(false);
-
-/// Registers the fork handlers once per process. Prepare takes every internal lock so that no
-/// other thread holds one at the moment of fork; the child then finds them all free.
-pub fn register_fork_handlers() {
-    if FORK_HANDLERS_REGISTERED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    // SAFETY: the handlers are plain functions that live as long as the process.
-    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
-}
-
-// Stack walks are drained first: a walk holds the dynamic loader's lock (dl_iterate_phdr), and a
-// child forked while another thread held it could never walk a stack again. Walks take none of
-// our locks, so waiting for them cannot deadlock with the locks taken next.
-extern "C" fn fork_prepare() {
-    crate::backtrace::CAPTURES.close();
-    crate::state::lock_all_for_fork();
-}
-
-extern "C" fn fork_parent() {
-    crate::state::unlock_all_after_fork();
-    crate::backtrace::CAPTURES.open();
-}
-
-extern "C" fn fork_child() {
-    GATE.reset_in_child();
-    crate::record::reset_in_child();
-    crate::tracking::reset_in_child();
-    crate::backtrace::CAPTURES.reset_in_child();
-    crate::state::reset_all_in_child();
-    crate::backtrace::CAPTURES.open();
 }
 
 #[cfg(test)]

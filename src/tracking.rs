@@ -9,7 +9,10 @@ use crate::state::State;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-pub static POINTERS: PointerTable = PointerTable::new();
+/// Old tables are unmapped once every call that was inside the library when they were replaced
+/// has left (see `pointers`' module doc).
+pub static POINTERS: PointerTable =
+    PointerTable::new(|seen| crate::sync::GATE.observe_quiescence(seen));
 pub static BACKTRACES: BacktraceTable = BacktraceTable::new();
 
 /// Backtrace slot values below the interned ids.
@@ -104,15 +107,16 @@ impl FrameBuffer {
     }
 }
 
-/// Records a live allocation of `size` bytes at `pointer`.
+/// Records a live allocation of `size` bytes at `pointer`. Adds nothing (and says so once in
+/// the log) when the table cannot grow.
 pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
     let mut stored = size.min(crate::alloc::MAX_SIZE) as u32;
     if state.zygote_child() {
         stored |= ZYGOTE_BIT;
     }
     if !state.has(bits::BACKTRACE) || !BACKTRACE_ENABLED.load(Ordering::Relaxed) {
-        POINTERS.add(
-            pointer,
+        add(
+            Key::of(pointer),
             Info {
                 size: stored,
                 backtrace_id: BT_OFF,
@@ -126,41 +130,98 @@ pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
     }
 }
 
+fn add(key: Key, info: Info) -> bool {
+    if POINTERS.add_key(key, info) {
+        return true;
+    }
+    table_full();
+    false
+}
+
+#[cold]
+#[inline(never)]
+fn table_full() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::log::log_error!(
+            "out of memory for the live allocation table: some allocations are not tracked"
+        );
+    }
+}
+
 /// Captures the allocation backtrace (subject to the size filter) and records the allocation
 /// with its interned id (BT_EMPTY when nothing was captured). The capture runs before any of
-/// the library's locks is taken (the unwinder takes the dynamic loader's lock); the id is
-/// looked up under the live table's shard lock, so that a collection never misses it. Out of
-/// line, with its 2 KiB frame buffer, so that the caller's frame stays small; given the
-/// table's key, not the pointer, as the table's insertion runs below that buffer, deeper than
-/// a program's own stack use may ever clear again.
+/// the library's locks is taken (the unwinder takes the dynamic loader's lock). Out of line,
+/// with its 2 KiB frame buffer, so that the caller's frame stays small; given the table's key,
+/// not the pointer, as the table's insertion runs below that buffer, deeper than a program's
+/// own stack use may ever clear again.
 #[inline(never)]
 fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, size: usize) {
     let mut buffer = FrameBuffer::new();
     buffer.capture(state, origin, size, state.config.backtrace_frames);
     let frames = buffer.frames();
     let hash = BacktraceTable::hash(frames);
-    POINTERS.add_with(key, || Info {
-        size: stored,
-        backtrace_id: if frames.is_empty() {
+    let intern = || {
+        if frames.is_empty() {
             BT_EMPTY
         } else {
             BACKTRACES.intern_hashed(frames, hash).unwrap_or(BT_EMPTY)
-        },
-    });
+        }
+    };
+    publish(key, stored, settled_epoch(), intern);
 }
 
 // Collecting unused backtrace records (see backtrace/table.rs). A record is in use while an
-// entry of the live table names it; a collection holds every shard of the live table, so the
-// only ids it cannot see are those a thread holds outside the table: those of a snapshot
-// (pinned below) and those of a block that free, realloc or verification took out and may put
-// back (checked against `COLLECTIONS` when they do).
+// entry of the live table names it. The hot path takes no lock, so a collection cannot hold
+// off the threads that are between finding an id and storing it in the table; instead each
+// such thread checks `EPOCH` around its work and, if a collection overlapped it, makes sure its
+// id survived (`publish`). Ids are never reused, so a stale id can only fail to resolve, never
+// name another backtrace. Snapshots pin every record while they hold ids of blocks that may
+// be freed meanwhile.
 
-/// Collections so far.
-static COLLECTIONS: AtomicU32 = AtomicU32::new(0);
+/// Odd while a collection frees records; every collection adds two.
+static EPOCH: AtomicU32 = AtomicU32::new(0);
 /// A collection is running (one at a time; the others go on allocating).
 static COLLECTING: AtomicBool = AtomicBool::new(false);
 /// Snapshots in use: while any is, nothing is collected.
 static PINS: AtomicUsize = AtomicUsize::new(0);
+
+/// The current epoch, once no collection is running. A collector holds its locks with the
+/// backtrace signal blocked, so waiting for it is allowed.
+fn settled_epoch() -> u32 {
+    loop {
+        let e = EPOCH.load(Ordering::SeqCst);
+        if e & 1 == 0 {
+            return e;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+}
+
+/// Adds the entry for `key` with the id `intern` gives, and makes sure that id outlives any
+/// collection that ran since `before` (the epoch when the id was last known to be in use): a
+/// collection that overlapped may have missed the entry, so the id is checked after it and, if
+/// freed, interned again.
+fn publish(key: Key, size: u32, mut before: u32, mut intern: impl FnMut() -> u32) {
+    let mut info = Info {
+        size,
+        backtrace_id: intern(),
+    };
+    if !add(key, info) {
+        return;
+    }
+    // SeqCst, as the table's publishing CAS and the collector's epoch changes: if the epoch
+    // is unchanged, any collection starts after the entry is visible and marks its id.
+    while before & 1 != 0 || EPOCH.load(Ordering::SeqCst) != before {
+        before = settled_epoch();
+        if info.backtrace_id <= BT_EMPTY || BACKTRACES.contains(info.backtrace_id) {
+            return;
+        }
+        info.backtrace_id = intern();
+        POINTERS.set_info(key, info);
+    }
+}
 
 #[cold]
 #[inline(never)]
@@ -168,11 +229,13 @@ fn collect() {
     if COLLECTING.swap(true, Ordering::Acquire) {
         return;
     }
+    // Marked, signal blocked: threads wait for the collector's locks and for its epoch.
+    let _slow = crate::sync::DisabledScope::enter();
     let table = POINTERS.lock_all();
     // SeqCst, as the increment in `pin_records`: either it sees the pin, or the pinning thread
-    // reads the table after this collection (it waits for the shard locks held here).
+    // reads the table after this collection.
     if PINS.load(Ordering::SeqCst) == 0 {
-        COLLECTIONS.fetch_add(1, Ordering::Relaxed);
+        EPOCH.fetch_add(1, Ordering::SeqCst);
         BACKTRACES.collect(table.len(), |mark| {
             table.for_each(|_, info| {
                 if info.backtrace_id > BT_EMPTY {
@@ -180,13 +243,12 @@ fn collect() {
                 }
             });
         });
+        EPOCH.fetch_add(1, Ordering::SeqCst);
     } else {
         BACKTRACES.postpone_collection(BACKTRACES.records());
     }
-    // Cleared while the shards are still held: a fork (whose prepare handler takes them) never
-    // sees a collection in progress.
-    COLLECTING.store(false, Ordering::Release);
     drop(table);
+    COLLECTING.store(false, Ordering::Release);
 }
 
 /// Keeps every backtrace record alive while a snapshot of the live table (which holds ids of
@@ -195,6 +257,8 @@ pub struct RecordPin(());
 
 pub fn pin_records() -> RecordPin {
     PINS.fetch_add(1, Ordering::SeqCst);
+    // A collection already running may not have seen the pin: let it finish.
+    settled_epoch();
     RecordPin(())
 }
 
@@ -205,41 +269,36 @@ impl Drop for RecordPin {
     }
 }
 
-/// Fork child: the other threads, and their pins, are gone.
+/// Fork child: the other threads, their pins and any collection are gone.
 pub fn reset_in_child() {
     PINS.store(0, Ordering::SeqCst);
     COLLECTING.store(false, Ordering::Relaxed);
+    let e = EPOCH.load(Ordering::SeqCst);
+    EPOCH.store(e + (e & 1), Ordering::SeqCst);
+    POINTERS.reset_in_child();
 }
 
 /// A block's record, taken out of the live table by free, realloc or verification.
 #[derive(Clone, Copy)]
 pub struct Removed {
     info: Info,
-    /// `COLLECTIONS` before the removal.
-    collections: u32,
+    /// `EPOCH` before the removal.
+    epoch: u32,
 }
 
 /// Takes `pointer` out of the live table.
 pub fn untrack(pointer: usize) -> Option<Removed> {
-    let collections = COLLECTIONS.load(Ordering::Relaxed);
-    POINTERS
-        .remove(pointer)
-        .map(|info| Removed { info, collections })
+    let epoch = EPOCH.load(Ordering::SeqCst);
+    POINTERS.remove(pointer).map(|info| Removed { info, epoch })
 }
 
 /// Puts a record taken by `untrack` back (the block stays as it was). Its backtrace record may
-/// have been collected while it was out, if a collection ran meanwhile: then the allocation
-/// keeps its place in the table with "nothing recorded" for a backtrace.
+/// have been collected while it was out: then the allocation keeps its place in the table with
+/// "nothing recorded" for a backtrace.
 pub fn restore(pointer: usize, record: Removed) {
-    POINTERS.add_with(Key::of(pointer), || {
-        let mut info = record.info;
-        if info.backtrace_id > BT_EMPTY
-            && COLLECTIONS.load(Ordering::Relaxed) != record.collections
-            && !BACKTRACES.contains(info.backtrace_id)
-        {
-            info.backtrace_id = BT_EMPTY;
-        }
-        info
+    let mut id = record.info.backtrace_id;
+    publish(Key::of(pointer), record.info.size, record.epoch, || {
+        core::mem::replace(&mut id, BT_EMPTY)
     });
 }
 

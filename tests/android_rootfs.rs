@@ -581,3 +581,63 @@ fn x86_64_forks_while_another_thread_unwinds() {
         run.describe()
     );
 }
+
+/// Bionic's backtrace signal (33) lands on a thread that is allocating, and its handler parks
+/// the thread (as libbacktrace does while another thread unwinds it), while the main thread
+/// allocates; then the root's real libbacktrace unwinds the allocating thread from the main
+/// one (`Backtrace::Create(pid, tid)->Unwind`, as ART's ANR dumps do). A library that holds a
+/// lock where the signal can land makes the main thread wait for the parked one: a round or an
+/// unwind of about 2 s (our handler's limit; libbacktrace's own waits time out after 5 s and log
+/// "Timed out waiting for ..."). The library makes no system call per allocation for this: the
+/// hot path holds no lock (docs/design.md, "The signal-33 rule"). The parking handler lets a
+/// delivery that lands inside libc go (and the signal is sent again): parked inside Scudo's
+/// refill, the worker holds a size-class lock that stalls the main thread whatever the library
+/// does (seen with gdb under free_track, whose delayed frees make refills common).
+#[test]
+fn x86_64_backtrace_signal_never_stalls_an_allocating_thread() {
+    let _serial = serial();
+    let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
+        return;
+    };
+    for options in [
+        "leak_track",
+        "verify_pointers",
+        "guard",
+        "fill",
+        "free_track",
+        "backtrace",
+        "record_allocs",
+        "backtrace leak_track guard free_track",
+    ] {
+        for (mode, count) in [("park", "rounds=200"), ("unwind", "unwinds=1000")] {
+            let run = run_program_in_root(&root, &lib, options, &[], &[mode]);
+            assert!(run.output.status.success(), "{}", run.describe());
+            let stdout = run.stdout_lines();
+            let line = stdout
+                .iter()
+                .find(|l| l.starts_with(&format!("{mode}: ")))
+                .unwrap_or_else(|| panic!("no {mode} line\n{}", run.describe()));
+            assert!(line.contains(count), "{options}: {line}");
+            assert!(line.contains(" stalls=0 "), "{options}: {line}");
+            if mode == "park" {
+                // Deliveries that land in the native allocator are not parked (its own locks
+                // stall the main thread with or without the library) and sent again.
+                let parked: u32 = line
+                    .split(" parked=")
+                    .nth(1)
+                    .and_then(|v| v.split(' ').next())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                assert!(parked >= 190, "{options}: {line}");
+            }
+            if mode == "unwind" {
+                assert!(line.contains("unwound=1000 "), "{options}: {line}");
+            }
+            assert!(
+                !run.log.iter().any(|l| l.contains("Timed out waiting for")),
+                "{options}: {}",
+                run.describe()
+            );
+        }
+    }
+}

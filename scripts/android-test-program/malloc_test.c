@@ -27,7 +27,170 @@ extern int kill(int pid, int sig);
 extern int usleep(unsigned int usec);
 extern void _exit(int status) __attribute__((noreturn));
 
+extern int getpid(void);
+extern int gettid(void);
+extern int tgkill(int tgid, int tid, int sig);
+typedef void (*sighandler_t)(int);
+extern sighandler_t signal(int sig, sighandler_t handler);
+struct timespec_ { long tv_sec; long tv_nsec; };
+extern int clock_gettime(int clock, struct timespec_* ts);
+
 static int failures;
+static void check(const char* what, int ok);
+
+/* "park": bionic's backtrace signal (33) parks a thread that is allocating, the way
+ * libbacktrace's ThreadEntry does while another thread unwinds it (its handler waits up to 5 s;
+ * ours up to 2 s), and the main thread allocates meanwhile. A library that holds a lock where
+ * the signal can land makes the main thread wait for the parked one: such a round takes about
+ * 2 s. Prints the number of rounds, the rounds over 1 s and the longest round. */
+static volatile int park_worker_tid, parked, park_release, park_stop;
+
+static long now_ms(void) {
+  struct timespec_ t;
+  clock_gettime(1 /* CLOCK_MONOTONIC */, &t);
+  return t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* The native allocator's text (libc's and the vDSO's, which it calls): a thread parked there may hold the allocator's own locks (Scudo's
+ * size-class locks), which stalls the main thread with or without malloc debug; the test is
+ * about the library's locks, so such a delivery is not parked and the signal is sent again. */
+extern int open(const char* path, int flags, ...);
+extern long read(int fd, void* buf, size_t n);
+extern int close(int fd);
+static unsigned long libc_text_start, libc_text_end, vdso_start, vdso_end;
+static volatile int native_skips;
+
+static unsigned long hex(const char** p) {
+  unsigned long v = 0;
+  for (;; (*p)++) {
+    char c = **p;
+    if (c >= '0' && c <= '9') v = v * 16 + (unsigned long)(c - '0');
+    else if (c >= 'a' && c <= 'f') v = v * 16 + (unsigned long)(c - 'a' + 10);
+    else return v;
+  }
+}
+
+static void find_libc_text(void) {
+  static char maps[65536];
+  int fd = open("/proc/self/maps", 0);
+  long n = 0, r;
+  while (fd >= 0 && n < (long)sizeof(maps) - 1 && (r = read(fd, maps + n, sizeof(maps) - 1 - n)) > 0) n += r;
+  if (fd >= 0) close(fd);
+  maps[n] = 0;
+  for (char* line = maps; *line;) {
+    char* end = line;
+    while (*end && *end != '\n') end++;
+    const char* p = line;
+    unsigned long start = hex(&p);
+    p++;
+    unsigned long stop = hex(&p);
+    int exec = p[3] == 'x';
+    int is_libc = 0;
+    for (char* q = line; q + 8 <= end; q++)
+      if (q[0] == '/' && q[1] == 'l' && q[2] == 'i' && q[3] == 'b' && q[4] == 'c' && q[5] == '.' && q[6] == 's' && q[7] == 'o') is_libc = 1;
+    int is_vdso = end - line >= 6 && end[-6] == '[' && end[-5] == 'v' && end[-4] == 'd';
+    if (exec && is_libc) { libc_text_start = start; libc_text_end = stop; }
+    if (exec && is_vdso) { vdso_start = start; vdso_end = stop; }
+    line = *end ? end + 1 : end;
+  }
+}
+
+/* x86_64: the kernel passes the ucontext to every handler; the interrupted pc is gregs[REG_RIP]
+ * (index 16), after uc_flags, uc_link and uc_stack (40 bytes). */
+static void park_handler(int sig, void* info, void* ucontext) {
+  (void)sig;
+  (void)info;
+  unsigned long pc = ((unsigned long*)((char*)ucontext + 40))[16];
+  if ((pc >= libc_text_start && pc < libc_text_end) || (pc >= vdso_start && pc < vdso_end)) {
+    native_skips++;
+    return;
+  }
+  long start = now_ms();
+  parked = 1;
+  while (!park_release && now_ms() - start < 2000) usleep(50);
+  parked = 0;
+}
+
+static void* park_worker(void* arg) {
+  (void)arg;
+  park_worker_tid = gettid();
+  for (unsigned i = 0; !park_stop; i++) {
+    void* p = malloc(16 + i % 300);
+    p = realloc(p, 64 + i % 900);
+    void* q = calloc(1, 24);
+    free(p);
+    free(q);
+  }
+  return 0;
+}
+
+/* "unwind": the main thread unwinds the allocating worker through the root's real
+ * libbacktrace (Backtrace::Create(pid, tid) then Unwind), as ART's ANR dumps do: libbacktrace
+ * parks the worker with signal 33 and allocates while it reads the worker's stack. Prints the
+ * unwinds, those over 1 s and the longest. */
+extern void* dlopen(const char* name, int flags);
+extern void* dlsym(void* handle, const char* name);
+
+static void unwind_test(int unwinds) {
+  void* lib = dlopen("libbacktrace.so", 2 /* RTLD_NOW */);
+  check("dlopen libbacktrace.so", lib != 0);
+  if (!lib) return;
+  void* (*create)(int, int, void*) = (void* (*)(int, int, void*))dlsym(lib, "_ZN9Backtrace6CreateEiiP12BacktraceMap");
+  int (*unwind)(void*, size_t, void*) = (int (*)(void*, size_t, void*))dlsym(lib, "_ZN16BacktraceCurrent6UnwindEmPv");
+  check("libbacktrace symbols", create != 0 && unwind != 0);
+  if (!create || !unwind) return;
+  unsigned long t;
+  check("pthread_create for unwind", pthread_create(&t, 0, park_worker, 0) == 0);
+  while (!park_worker_tid) usleep(100);
+  int stalls = 0, unwound = 0;
+  long longest = 0;
+  for (int i = 0; i < unwinds; i++) {
+    long start = now_ms();
+    void* bt = create(getpid(), park_worker_tid, 0);
+    if (bt && unwind(bt, 0, 0)) unwound++;
+    long took = now_ms() - start;
+    /* The object is left: its class's destructor is virtual and not needed for the test. */
+    if (took > longest) longest = took;
+    if (took > 1000) stalls++;
+  }
+  park_stop = 1;
+  pthread_join(t, 0);
+  dprintf(1, "unwind: unwinds=%d unwound=%d stalls=%d longest_ms=%ld\n", unwinds, unwound, stalls, longest);
+}
+
+static void park_test(int rounds) {
+  find_libc_text();
+  check("libc text found", libc_text_end > libc_text_start);
+  signal(33, (sighandler_t)(void*)park_handler);
+  unsigned long t;
+  check("pthread_create for park", pthread_create(&t, 0, park_worker, 0) == 0);
+  while (!park_worker_tid) usleep(100);
+  int stalls = 0, parked_rounds = 0;
+  long longest = 0;
+  for (int r = 0; r < rounds; r++) {
+    park_release = 0;
+    long wait_start = now_ms();
+    while (!parked && now_ms() - wait_start < 1000) {
+      int skips = native_skips;
+      tgkill(getpid(), park_worker_tid, 33);
+      while (!parked && native_skips == skips && now_ms() - wait_start < 1000) usleep(10);
+    }
+    if (parked) parked_rounds++;
+    long start = now_ms();
+    void* blocks[64];
+    for (int i = 0; i < 64; i++) blocks[i] = malloc(32 + i * 7);
+    for (int i = 0; i < 64; i++) blocks[i] = realloc(blocks[i], 200 + i * 13);
+    for (int i = 0; i < 64; i++) free(blocks[i]);
+    long took = now_ms() - start;
+    park_release = 1;
+    while (parked) usleep(10);
+    if (took > longest) longest = took;
+    if (took > 1000) stalls++;
+  }
+  park_stop = 1;
+  pthread_join(t, 0);
+  dprintf(1, "park: rounds=%d parked=%d stalls=%d longest_ms=%ld\n", rounds, parked_rounds, stalls, longest);
+}
 
 // The "bugs" mode's faults, in named functions so the reports' backtraces can be checked.
 __attribute__((noinline)) void* leak_here(size_t n) {
@@ -154,6 +317,8 @@ int main(int argc, char** argv, char** envp) {
   }
 
   if (argc > 1 && strcmp(argv[1], "fork") == 0) fork_test();
+  if (argc > 1 && strcmp(argv[1], "park") == 0) park_test(200);
+  if (argc > 1 && strcmp(argv[1], "unwind") == 0) unwind_test(1000);
 
   dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
   exit(failures == 0 ? 0 : 1);

@@ -10,9 +10,10 @@
 //! caller guarantees that no id is in flight outside what it hands over (see `tracking`).
 //!
 //! Finding an existing vector takes no lock (`find_published`): a seqlock read against the
-//! shard's version, which a collection makes odd while it frees records. In the library that
-//! check never fails, since interning runs under a live-table shard lock and a collection holds
-//! them all; it keeps the table sound on its own (its tests intern while collecting).
+//! shard's version, which a collection makes odd while it frees records. A read that a
+//! collection got in the way of falls back to the shard's lock. Every lock of the table is held
+//! marked and with bionic's backtrace signal blocked (`sync::DisabledScope`), so the hot path,
+//! which finds existing vectors without it, never waits for a parked thread.
 //!
 //! The table is split into shards by the hash of the frame vector; each shard has its own lock,
 //! its own records and its own two indexes (frames → record, id → record). An id names its
@@ -525,6 +526,9 @@ impl BacktraceTable {
         if let Some(id) = self.find_published(s, hash, frames) {
             return Some(id);
         }
+        // A new vector (rare once a program runs): its lock is held marked and with the
+        // backtrace signal blocked, so threads that wait for it never wait for a parked thread.
+        let _slow = crate::sync::DisabledScope::enter();
         let mut shard = self.shards[s].lock();
         // SAFETY: index members are live records.
         if let Some(r) = shard
@@ -614,6 +618,7 @@ impl BacktraceTable {
     /// everything that could store an id it does not report (the live table's locks, for the
     /// live table).
     pub fn collect(&self, scanned: usize, mark_in_use: impl FnOnce(&mut dyn FnMut(u32))) {
+        let _slow = crate::sync::DisabledScope::enter();
         let mut shards: [_; SHARDS] = core::array::from_fn(|i| self.shards[i].lock());
         // Ids marked lately, by their low bits: most live blocks come from a few hot call paths,
         // and a repeat then costs a compare instead of an index lookup in a cold record table.
@@ -665,12 +670,14 @@ impl BacktraceTable {
         let Some(s) = shard_of_id(id) else {
             return false;
         };
+        let _slow = crate::sync::DisabledScope::enter();
         self.shards[s].lock().find_id(id).is_some()
     }
 
     /// Calls `f` with the frames of `id` (under the shard lock: `f` must not use the table).
     pub fn with_frames<R>(&self, id: u32, f: impl FnOnce(&[usize]) -> R) -> Option<R> {
         let s = shard_of_id(id)?;
+        let _slow = crate::sync::DisabledScope::enter();
         let shard = self.shards[s].lock();
         let r = shard.find_id(id)?;
         // SAFETY: live record, under the shard lock.

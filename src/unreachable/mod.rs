@@ -63,9 +63,10 @@ fn run(state: &State) -> Option<()> {
         return None;
     }
     let [read_fd, write_fd] = fds;
-    // SAFETY: fork; the library's fork handlers leave the child able to run the walk, which uses
-    // only system calls and fresh mappings.
-    let pid = unsafe { libc::fork() };
+    // The library's fork handlers leave the child able to run the walk, which uses only system
+    // calls and fresh mappings, and leaves with _exit (its gate count, reset by the handlers,
+    // is never given back).
+    let pid = crate::sync::fork_from_inside();
     if pid == 0 {
         // SAFETY: the child's copies of the descriptors.
         unsafe { libc::close(read_fd) };
