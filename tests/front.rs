@@ -167,6 +167,18 @@ fn library_without_a_dispatch_entry_is_rejected() {
     );
 }
 
+/// Android 17's libc requires debug_reallocarray; without it the library is unloaded and the
+/// program runs without malloc debug (current-aosp §1).
+#[test]
+fn library_without_reallocarray_is_rejected() {
+    assert_fake_library_refused(
+        "libfake_no_reallocarray.so",
+        &["-DOMIT_REALLOCARRAY"],
+        "verbose",
+        &|_| "probe: dlsym(\"debug_reallocarray\") failed".to_string(),
+    );
+}
+
 #[test]
 fn library_without_a_control_function_is_rejected() {
     assert_fake_library_refused(
