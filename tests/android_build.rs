@@ -4,8 +4,8 @@
 //! For each Android target the built `libc_malloc_debug.so` must: need exactly bionic's
 //! `libc.so`, `libdl.so` and `liblog.so` (nothing from glibc, no `GLIBC_*` versions), be named
 //! `libc_malloc_debug.so`, export exactly the `debug_*` ABI (spec abi-and-dumps §1.5, 64-bit, plus
-//! Android 9's `debug_iterate` and Android 17's `debug_reallocarray`), import only what the stub lists declare (bionic's names), and
-//! have every LOAD segment aligned for 16 KiB pages.
+//! Android 9's `debug_iterate` and Android 17's `debug_reallocarray`), import only what the stub
+//! lists declare (bionic's names), and have every LOAD segment aligned for 16 KiB pages.
 //!
 //! When the Android rustup targets cannot be installed, scripts/build-android exits with 3 and
 //! these checks are skipped with a loud warning (the Soong checks still run).
