@@ -163,6 +163,9 @@ EXPORT void* debug_realloc(void* pointer, size_t bytes) {
 }
 #if !defined(OMIT_REALLOCARRAY)
 EXPORT void* debug_reallocarray(void* pointer, size_t nmemb, size_t size) {
+  char msg[80];
+  snprintf(msg, sizeof(msg), "reallocarray nmemb=%zu size=%zu", nmemb, size);
+  say(msg);
   return g_dispatch->reallocarray(pointer, nmemb, size);
 }
 #endif
