@@ -9,7 +9,7 @@
 
 use crate::alloc;
 use crate::config::bits;
-use crate::dispatch::{IterateCallback, M_PURGE_ALL, Mallinfo, MallocDispatch};
+use crate::dispatch::{IterateCallback, LibcDispatch, M_PURGE_ALL, Mallinfo, MallocDispatch};
 use crate::entry::{self, Entered};
 use crate::log::log_error;
 use crate::state;
@@ -24,7 +24,7 @@ fn native() -> Option<&'static MallocDispatch> {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_initialize(
-    dispatch: *const MallocDispatch,
+    dispatch: *const LibcDispatch,
     zygote_child: *mut bool,
     options: *const c_char,
 ) -> bool {
@@ -80,6 +80,31 @@ pub unsafe extern "C" fn debug_realloc(pointer: *mut c_void, bytes: usize) -> *m
         Some(cx) => alloc::realloc(&cx, pointer, bytes),
         // SAFETY: native allocator call with the caller's arguments.
         None => native().map_or(null_mut(), |d| unsafe { (d.realloc)(pointer, bytes) }),
+    }
+}
+
+/// Android 17's entry (README "Android 17's dispatch table"): `n * size` bytes through
+/// `debug_realloc`, ENOMEM when the product overflows; the native `reallocarray` while debug
+/// calls are disabled on the thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn debug_reallocarray(
+    pointer: *mut c_void,
+    nmemb: usize,
+    size: usize,
+) -> *mut c_void {
+    if crate::sync::debug_calls_disabled() {
+        // SAFETY: native allocator call with the caller's arguments.
+        return native().map_or(null_mut(), |d| unsafe {
+            d.reallocarray(pointer, nmemb, size)
+        });
+    }
+    match nmemb.checked_mul(size) {
+        // SAFETY: the caller's realloc contract.
+        Some(bytes) => unsafe { debug_realloc(pointer, bytes) },
+        None => {
+            crate::platform::set_errno(libc::ENOMEM);
+            null_mut()
+        }
     }
 }
 

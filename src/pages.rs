@@ -92,6 +92,9 @@ fn round_to_pages(bytes: usize) -> Option<usize> {
 fn name_mapping(p: *mut libc::c_void, len: usize) {
     const PR_SET_VMA: libc::c_int = 0x53564d41;
     const PR_SET_VMA_ANON_NAME: libc::c_ulong = 0;
+    // A kernel without CONFIG_ANON_VMA_NAME answers EINVAL, which must not reach the caller of
+    // the allocation that mapped the page (an exported call that succeeds keeps errno).
+    let saved = crate::platform::errno();
     // SAFETY: prctl only reads the name; failure (old kernels) is harmless.
     unsafe {
         libc::prctl(
@@ -102,4 +105,5 @@ fn name_mapping(p: *mut libc::c_void, len: usize) {
             c"malloc_debug".as_ptr(),
         );
     }
+    crate::platform::set_errno(saved);
 }

@@ -2,7 +2,7 @@
 //! atomic store, read by every entry point.
 
 use crate::config::{Config, bits};
-use crate::dispatch::MallocDispatch;
+use crate::dispatch::{self, LibcDispatch, MallocDispatch};
 use crate::fmt::{Bytes, c_str_bytes};
 use crate::free_track::FREE_QUEUE;
 use crate::header::Layout;
@@ -45,8 +45,9 @@ unsafe impl Sync for StateCell {}
 
 static STORAGE: StateCell = StateCell(UnsafeCell::new(MaybeUninit::uninit()));
 static STATE: AtomicPtr<State> = AtomicPtr::new(core::ptr::null_mut());
-/// The native dispatch, known from the start of `debug_initialize` even if it fails, so that
-/// entry points called by a confused caller still reach a working allocator.
+/// The native dispatch (the library's copy of libc's table), known from the start of
+/// `debug_initialize` even if it fails, so that entry points called by a confused caller still
+/// reach a working allocator.
 static NATIVE: AtomicPtr<MallocDispatch> = AtomicPtr::new(core::ptr::null_mut());
 
 const UNINITIALIZED: u8 = 0;
@@ -69,10 +70,10 @@ pub fn native() -> Option<&'static MallocDispatch> {
 /// `debug_initialize` (spec §1.6 / abi §1.7).
 ///
 /// # Safety
-/// `dispatch` must point to a `MallocDispatch` valid for the process lifetime, `zygote_child`
+/// `dispatch` must point to libc's `MallocDispatch` (either layout) valid for the process lifetime, `zygote_child`
 /// to a flag that lives as long, `options` to a NUL-terminated string valid during the call.
 pub unsafe fn initialize(
-    dispatch: *const MallocDispatch,
+    dispatch: *const LibcDispatch,
     zygote_child: *const u8,
     options: *const c_char,
 ) -> bool {
@@ -96,9 +97,12 @@ pub unsafe fn initialize(
         return false;
     }
     register_fork_handlers();
-    NATIVE.store(dispatch.cast_mut(), Ordering::Release);
-    // SAFETY: the caller guarantees the table outlives the process.
-    let dispatch: &'static MallocDispatch = unsafe { &*dispatch };
+    // SAFETY: the caller's table; INIT_PHASE makes this the only adopting call.
+    let Some(dispatch) = (unsafe { dispatch::adopt(dispatch) }) else {
+        INIT_PHASE.store(UNINITIALIZED, Ordering::Release);
+        return false;
+    };
+    NATIVE.store(core::ptr::from_ref(dispatch).cast_mut(), Ordering::Release);
     if let Err(rc) = sync::create_disabled_key() {
         log_error!("pthread_key_create failed: {}", crate::errors::strerror(rc));
         INIT_PHASE.store(UNINITIALIZED, Ordering::Release);

@@ -8,9 +8,8 @@ use common::*;
 use std::collections::BTreeMap;
 use std::process::Output;
 
-#[allow(dead_code)]
-#[path = "../src/dispatch.rs"]
-mod dispatch;
+#[path = "../src/dispatch/layout.rs"]
+mod layout;
 
 /// The driver is named like the reference's unit tests' fake program name.
 fn driver() -> std::path::PathBuf {
@@ -18,9 +17,24 @@ fn driver() -> std::path::PathBuf {
 }
 
 fn run(scenario: &str, options: &str) -> Output {
+    run_with_layout(scenario, options, Layout::Classic)
+}
+
+/// Which `MallocDispatch` the driver hands to `debug_initialize` (tests/abi/bionic.h).
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    Classic,
+    Android17,
+}
+const LAYOUTS: [Layout; 2] = [Layout::Classic, Layout::Android17];
+
+fn run_with_layout(scenario: &str, options: &str, layout: Layout) -> Output {
     let lib = lib_path();
     let mut cmd = clean_command(driver());
     cmd.arg(&lib).arg(scenario).arg(options);
+    if let Layout::Android17 = layout {
+        cmd.env("MALLOC_DEBUG_TEST_LAYOUT", "17");
+    }
     cmd.output().expect("run driver")
 }
 
@@ -49,41 +63,110 @@ fn dispatch_layout_matches_the_c_header() {
             (k.to_string(), v.parse().unwrap())
         })
         .collect();
-    use core::mem::offset_of;
-    use dispatch::MallocDispatch as D;
-    let rust: BTreeMap<String, usize> = [
-        ("calloc", offset_of!(D, calloc)),
-        ("free", offset_of!(D, free)),
-        ("mallinfo", offset_of!(D, mallinfo)),
-        ("malloc", offset_of!(D, malloc)),
-        ("malloc_usable_size", offset_of!(D, malloc_usable_size)),
-        ("memalign", offset_of!(D, memalign)),
-        ("posix_memalign", offset_of!(D, posix_memalign)),
-        ("realloc", offset_of!(D, realloc)),
-        ("malloc_iterate", offset_of!(D, malloc_iterate)),
-        ("malloc_disable", offset_of!(D, malloc_disable)),
-        ("malloc_enable", offset_of!(D, malloc_enable)),
-        ("mallopt", offset_of!(D, mallopt)),
-        ("aligned_alloc", offset_of!(D, aligned_alloc)),
-        ("malloc_info", offset_of!(D, malloc_info)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (format!("offset.{k}"), v))
-    .chain([
-        ("sizeof".to_string(), size_of::<D>()),
-        ("alignof".to_string(), align_of::<D>()),
-        (
-            "mallinfo.sizeof".to_string(),
-            size_of::<dispatch::Mallinfo>(),
-        ),
-    ])
-    .collect();
+    // Both tables agree with the library's slot tables (src/dispatch/layout.rs), which a unit
+    // test there checks against the spec's offsets for both pointer widths.
+    use layout::{Field, TableLayout};
+    let p = size_of::<usize>();
+    let all = [
+        Field::Calloc,
+        Field::Free,
+        Field::Mallinfo,
+        Field::Malloc,
+        Field::MallocUsableSize,
+        Field::Memalign,
+        Field::PosixMemalign,
+        Field::Pvalloc,
+        Field::Realloc,
+        Field::Reallocarray,
+        Field::Valloc,
+        Field::MallocIterate,
+        Field::MallocDisable,
+        Field::MallocEnable,
+        Field::Mallopt,
+        Field::AlignedAlloc,
+        Field::MallocInfo,
+    ];
+    let mut rust = BTreeMap::new();
+    for (layout, prefix, suffix) in [
+        (TableLayout::Classic, "offset", ""),
+        (TableLayout::Android17, "offset17", "17"),
+    ] {
+        for f in all {
+            if let Some(off) = layout::offset(layout, p, f) {
+                rust.insert(format!("{prefix}.{}", f.name()), off);
+            }
+        }
+        rust.insert(format!("sizeof{suffix}"), layout::size(layout, p));
+        rust.insert(format!("alignof{suffix}"), 32);
+    }
+    rust.insert(
+        "mallinfo.sizeof".to_string(),
+        10 * if cfg!(target_os = "android") { p } else { 4 },
+    );
     assert_eq!(c, rust);
-    // And both agree with the spec's LP64 table (abi-and-dumps §2.1).
     if cfg!(target_pointer_width = "64") {
         assert_eq!(rust["offset.malloc_info"], 104);
+        assert_eq!(rust["offset17.reallocarray"], 64);
+        assert_eq!(rust["offset17.malloc_info"], 112);
         assert_eq!(rust["sizeof"], 128);
-        assert_eq!(rust["alignof"], 32);
+        assert_eq!(rust["sizeof17"], 128);
+    }
+}
+
+/// Android 17's entry point with both tables, in pass-through form and intercepted.
+#[test]
+fn reallocarray_follows_the_spec_with_both_layouts() {
+    for layout in LAYOUTS {
+        for options in [
+            " ",
+            "fill expand_alloc=24",
+            "guard",
+            "backtrace",
+            "free_track=10 verify_pointers",
+        ] {
+            let out = run_with_layout("reallocarray", options, layout);
+            assert_eq!(
+                stdout_of(&out),
+                "initialize=1\nreallocarray ok\n",
+                "{layout:?} {options:?}"
+            );
+            assert_eq!(records(&out), vec![], "{layout:?} {options:?}");
+        }
+    }
+}
+
+/// The library calls each native entry through the slot it has in the table libc passed: the
+/// fields after realloc moved in Android 17's.
+#[test]
+fn pass_through_calls_use_the_slot_of_the_layout_libc_passed() {
+    for layout in LAYOUTS {
+        let out = run_with_layout("slots", " ", layout);
+        assert_exit_code(&out, 0);
+        assert_eq!(
+            stdout_of(&out),
+            "mallopt -> mallopt\nmallinfo -> mallinfo\nmalloc_info -> malloc_info\n\
+             malloc_iterate -> malloc_iterate\nmalloc_disable -> malloc_disable\n\
+             malloc_enable -> malloc_enable\n",
+            "{layout:?}"
+        );
+    }
+}
+
+/// With debug calls disabled on the thread, reallocarray goes to the native table's own
+/// reallocarray (Android 17), or to the native realloc where the table has none.
+#[test]
+fn reallocarray_while_disabled_goes_to_the_native_table() {
+    for (layout, slot) in [
+        (Layout::Classic, "realloc"),
+        (Layout::Android17, "reallocarray"),
+    ] {
+        let out = run_with_layout("nested", "backtrace", layout);
+        assert_exit_code(&out, 0);
+        assert_eq!(
+            stdout_of(&out),
+            format!("nested reallocarray -> {slot}\n"),
+            "{layout:?}"
+        );
     }
 }
 
@@ -180,21 +263,25 @@ fn second_initialize_is_refused() {
     assert_eq!(stdout_of(&out), "initialize=1\nsecond=0\n");
 }
 
+/// With either table libc may pass (classic or Android 17's).
 #[test]
 fn every_entry_point_in_pass_through_form() {
-    for options in [
-        " ",
-        "fill expand_alloc=24",
-        "verify_pointers",
-        "guard",
-        "free_track=10 leak_track",
-    ] {
-        let out = run("surface", options);
+    for (layout, options) in LAYOUTS.into_iter().flat_map(|layout| {
+        [
+            " ",
+            "fill expand_alloc=24",
+            "verify_pointers",
+            "guard",
+            "free_track=10 leak_track",
+        ]
+        .map(|options| (layout, options))
+    }) {
+        let out = run_with_layout("surface", options, layout);
         assert_exit_code(&out, 0);
         let stdout = stdout_of(&out);
         assert!(
             stdout.contains("surface ok\nleak api ok\n"),
-            "options {options:?}:\n{stdout}"
+            "{layout:?} options {options:?}:\n{stdout}"
         );
         assert_eq!(
             records(&out),
@@ -206,7 +293,7 @@ fn every_entry_point_in_pass_through_form() {
                         .to_string()
                 ),
             ],
-            "options {options:?}"
+            "{layout:?} options {options:?}"
         );
     }
 }

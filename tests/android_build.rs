@@ -4,8 +4,8 @@
 //! For each Android target the built `libc_malloc_debug.so` must: need exactly bionic's
 //! `libc.so`, `libdl.so` and `liblog.so` (nothing from glibc, no `GLIBC_*` versions), be named
 //! `libc_malloc_debug.so`, export exactly the `debug_*` ABI (spec abi-and-dumps §1.5, 64-bit, plus
-//! Android 9's `debug_iterate`), import only what the stub lists declare (bionic's names), and
-//! have every LOAD segment aligned for 16 KiB pages.
+//! Android 9's `debug_iterate` and Android 17's `debug_reallocarray`), import only what the stub
+//! lists declare (bionic's names), and have every LOAD segment aligned for 16 KiB pages.
 //!
 //! When the Android rustup targets cannot be installed, scripts/build-android exits with 3 and
 //! these checks are skipped with a loud warning (the Soong checks still run).
@@ -19,7 +19,8 @@ use std::sync::OnceLock;
 const TARGETS: &[&str] = &["x86_64-linux-android", "aarch64-linux-android"];
 const SKIPPED_STATUS: i32 = 3;
 
-/// spec abi-and-dumps §1.5, 64-bit version script, plus the Android 9 name.
+/// spec abi-and-dumps §1.5, 64-bit version script, plus the Android 9 name and Android 17's
+/// `debug_reallocarray` (current-aosp §1: without it that libc runs without malloc debug).
 const EXPORTS_64: &[&str] = &[
     "debug_aligned_alloc",
     "debug_calloc",
@@ -41,6 +42,7 @@ const EXPORTS_64: &[&str] = &[
     "debug_memalign",
     "debug_posix_memalign",
     "debug_realloc",
+    "debug_reallocarray",
     "debug_write_malloc_leak_info",
     "debug_iterate",
 ];
@@ -219,7 +221,7 @@ fn exports_exactly_the_debug_abi() {
         let missing: Vec<_> = expected.difference(&exported).collect();
         assert!(
             extra.is_empty() && missing.is_empty(),
-            "{target}: exports differ from spec §1.5 + debug_iterate\n  unexpected: {extra:?}\n  \
+            "{target}: exports differ from spec §1.5 + debug_iterate + debug_reallocarray\n  unexpected: {extra:?}\n  \
              missing: {missing:?}"
         );
     }

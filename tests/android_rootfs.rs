@@ -33,6 +33,7 @@ const EXPECTED_STDOUT: &[&str] = &[
     "posix_memalign(64, 200): ok",
     "64 mallocs: ok",
     "free(NULL): ok",
+    "mallopt(M_DECAY_TIME, 1) reaches the allocator: ok",
     "malloc_test: done",
 ];
 

@@ -167,6 +167,76 @@ fn library_without_a_dispatch_entry_is_rejected() {
     );
 }
 
+/// Android 17's libc requires debug_reallocarray; without it the library is unloaded and the
+/// program runs without malloc debug (current-aosp §1).
+#[test]
+fn library_without_reallocarray_is_rejected() {
+    assert_fake_library_refused(
+        "libfake_no_reallocarray.so",
+        &["-DOMIT_REALLOCARRAY"],
+        "verbose",
+        &|_| "probe: dlsym(\"debug_reallocarray\") failed".to_string(),
+    );
+}
+
+fn reallocarray_leak() -> PathBuf {
+    compile_c(
+        "reallocarray_leak",
+        programs_dir().join("reallocarray_leak.c"),
+        &[],
+    )
+}
+
+/// The front's reallocarray is Android 17's dispatch entry: it calls the library's
+/// debug_reallocarray with the caller's arguments, overflowing ones included.
+#[test]
+fn reallocarray_is_a_dispatch_entry_of_its_own() {
+    let lib = fake_lib("libfake_debug.so", &[]);
+    let out = run_under_front(
+        reallocarray_leak(),
+        &[],
+        Some("x"),
+        &[("LIBC_DEBUG_MALLOC_LIB", &with_lib(&lib))],
+    );
+    assert_exit_code(&out, 0);
+    let stderr = stderr_of(&out);
+    let calls: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("FAKE: reallocarray"))
+        .collect();
+    let huge = usize::MAX / 2;
+    assert_eq!(
+        calls,
+        [
+            "FAKE: reallocarray nmemb=8 size=4".to_string(),
+            format!("FAKE: reallocarray nmemb={huge} size=3"),
+        ],
+        "{stderr}"
+    );
+    assert!(stdout_of(&out).ends_with(" overflow=ENOMEM\n"));
+}
+
+/// With the real library: the block reallocarray made is tracked (reported as a leak at exit)
+/// and an overflowing product fails with ENOMEM.
+#[test]
+fn reallocarray_goes_through_the_library() {
+    let out = run_under_front(reallocarray_leak(), &[], Some("leak_track"), &[]);
+    assert_exit_code(&out, 0);
+    let stdout = stdout_of(&out);
+    let pointer = stdout
+        .strip_prefix("leaked=")
+        .and_then(|s| s.strip_suffix(" overflow=ENOMEM\n"))
+        .unwrap_or_else(|| panic!("unexpected output: {stdout}"));
+    assert_log(
+        &out,
+        &[(
+            "malloc_debug",
+            'E',
+            &format!("+++ reallocarray_leak leaked block of size 32 at {pointer} (leak 1 of 1)"),
+        )],
+    );
+}
+
 #[test]
 fn library_without_a_control_function_is_rejected() {
     assert_fake_library_refused(

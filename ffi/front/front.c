@@ -4,7 +4,8 @@
  * Preloaded with LD_PRELOAD, it plays the part bionic's malloc_common_dynamic plays on Android:
  * it owns the process's malloc family, decides once whether malloc debug is wanted, loads the
  * library, resolves its debug_* names in bionic's order with bionic's messages, hands it a
- * MallocDispatch made of glibc's allocator, and from then on routes every call through the
+ * MallocDispatch made of glibc's allocator (Android 17's layout, with reallocarray: the front
+ * plays today's bionic), and from then on routes every call through the
  * library's table (or straight to glibc when malloc debug is off or failed to start).
  *
  * Bootstrap. Everything happens on the first call of any exported function (or in the
@@ -247,12 +248,12 @@ enum {
 static void* g_functions[FUNC_LAST];
 
 /* glibc's allocator as handed to debug_initialize; never changed after bootstrap. */
-static MallocDispatch g_native;
+static MallocDispatch17 g_native;
 /* The library's debug_* entries; published only after debug_initialize succeeded. */
-static MallocDispatch g_debug;
+static MallocDispatch17 g_debug;
 /* The table every exported call goes through: NULL until bootstrap ends, then &g_debug or
  * &g_native (atomic). */
-static const MallocDispatch* g_table;
+static const MallocDispatch17* g_table;
 /* Non-zero once malloc debug is installed (atomic; guards g_functions). */
 static int g_debug_loaded;
 /* libc's gZygoteChild: set by android_mallopt(M_SET_ZYGOTE_CHILD). */
@@ -330,6 +331,17 @@ static void* fallback_memalign(size_t align, size_t size) {
 #define PICK(internal, public_name) \
   ((internal) != NULL ? (internal) : (__typeof__(&(internal)))next_symbol(public_name))
 
+/* The native reallocarray: glibc's contract on glibc's realloc. (glibc's own reallocarray would
+ * do, but whether its inner realloc call can be interposed is glibc's business; this cannot.) */
+static void* native_reallocarray(void* pointer, size_t nmemb, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(nmemb, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return g_native.realloc(pointer, total);
+}
+
 /* Fills g_native with glibc's allocator. Runs on the bootstrapping thread. */
 static void fill_native_dispatch(void) {
   g_libc_malloc_usable_size = (size_t (*)(void*))next_symbol("malloc_usable_size");
@@ -353,6 +365,7 @@ static void fill_native_dispatch(void) {
   g_native.valloc = PICK(__libc_valloc, "valloc");
 #endif
   g_native.realloc = PICK(__libc_realloc, "realloc");
+  g_native.reallocarray = native_reallocarray;
   g_native.malloc_iterate = native_malloc_iterate;
   g_native.malloc_disable = native_malloc_disable;
   g_native.malloc_enable = native_malloc_enable;
@@ -407,13 +420,14 @@ static bool init_malloc_function(void* handle, void** slot, const char* suffix) 
 #define INIT_FN(field, name) init_malloc_function(handle, (void**)&table->field, name)
 
 /* bionic's InitMallocFunctions: dispatch entries, in libc's lookup order. */
-static bool init_malloc_functions(void* handle, MallocDispatch* table) {
+static bool init_malloc_functions(void* handle, MallocDispatch17* table) {
   return INIT_FN(free, "free") && INIT_FN(calloc, "calloc") && INIT_FN(mallinfo, "mallinfo") &&
          INIT_FN(mallopt, "mallopt") && INIT_FN(malloc, "malloc") &&
          INIT_FN(malloc_info, "malloc_info") &&
          INIT_FN(malloc_usable_size, "malloc_usable_size") && INIT_FN(memalign, "memalign") &&
          INIT_FN(posix_memalign, "posix_memalign") && INIT_FN(aligned_alloc, "aligned_alloc") &&
-         INIT_FN(realloc, "realloc") && INIT_FN(malloc_iterate, "malloc_iterate") &&
+         INIT_FN(realloc, "realloc") && INIT_FN(reallocarray, "reallocarray") &&
+         INIT_FN(malloc_iterate, "malloc_iterate") &&
          INIT_FN(malloc_disable, "malloc_disable") && INIT_FN(malloc_enable, "malloc_enable")
 #if !defined(__LP64__)
          && INIT_FN(pvalloc, "pvalloc") && INIT_FN(valloc, "valloc")
@@ -422,7 +436,7 @@ static bool init_malloc_functions(void* handle, MallocDispatch* table) {
 }
 
 /* bionic's InitSharedLibrary: control functions first, then the dispatch entries. */
-static bool init_shared_library(void* handle, const char* shared_lib, MallocDispatch* table) {
+static bool init_shared_library(void* handle, const char* shared_lib, MallocDispatch17* table) {
   static const char* const names[FUNC_LAST] = {
       "initialize",       "finalize",         "get_malloc_leak_info",
       "free_malloc_leak_info", "malloc_backtrace", "write_malloc_leak_info",
@@ -467,7 +481,7 @@ static void malloc_fini(void* arg) {
 }
 
 /* bionic's InstallHooks for the debug prefix, with the host's library path. */
-static const MallocDispatch* install_debug(const char* options) {
+static const MallocDispatch17* install_debug(const char* options) {
   char path_buf[PATH_MAX];
   const char* shared_lib = library_path(path_buf, sizeof(path_buf));
   void* handle = dlopen(shared_lib, RTLD_NOW | RTLD_LOCAL);
@@ -482,7 +496,7 @@ static const MallocDispatch* install_debug(const char* options) {
     return NULL;
   }
   init_func_t init = (init_func_t)g_functions[FUNC_INITIALIZE];
-  if (!init(&g_native, &g_zygote_child, options)) {
+  if (!init((const MallocDispatch*)&g_native, &g_zygote_child, options)) {
     libc_error_log("%s: failed to enable malloc %s", progname(), kDebugPrefix);
     memset(g_functions, 0, sizeof(g_functions));
     dlclose(handle);
@@ -502,10 +516,10 @@ static const MallocDispatch* install_debug(const char* options) {
 static void bootstrap(void) {
   int saved_errno = errno;
   fill_native_dispatch();
-  const MallocDispatch* table = &g_native;
+  const MallocDispatch17* table = &g_native;
   const char* options = debug_options();
   if (options != NULL) {
-    const MallocDispatch* debug = install_debug(options);
+    const MallocDispatch17* debug = install_debug(options);
     if (debug != NULL) table = debug;
   }
   __atomic_store_n(&g_table, table, __ATOMIC_RELEASE);
@@ -518,7 +532,7 @@ static void bootstrap(void) {
 static bool libc_initialised(void) { return environ != NULL; }
 
 /* The slow path of table(): returns the table, or NULL when the caller must use the arena. */
-static __attribute__((noinline)) const MallocDispatch* table_slow(void) {
+static __attribute__((noinline)) const MallocDispatch17* table_slow(void) {
   int state = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
   if (state == STATE_UNINIT) {
     if (!libc_initialised()) return NULL;
@@ -535,15 +549,15 @@ static __attribute__((noinline)) const MallocDispatch* table_slow(void) {
   return NULL; /* another thread, or this one recursively, is bootstrapping */
 }
 
-static inline const MallocDispatch* table(void) {
-  const MallocDispatch* t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+static inline const MallocDispatch17* table(void) {
+  const MallocDispatch17* t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
   if (LIKELY(t != NULL)) return t;
   return table_slow();
 }
 
 /* The arena is full. A thread other than the bootstrapping one waits for the table; the
  * bootstrapping thread itself (or a call before libc's initialisation) gets NULL. */
-static const MallocDispatch* wait_for_table(void) {
+static const MallocDispatch17* wait_for_table(void) {
   for (;;) {
     int state = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
     if (state == STATE_READY) return __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
@@ -585,7 +599,7 @@ static size_t arena_limit(void) {
 static void* early_memalign(size_t align, size_t size) {
   void* p = arena_alloc(round_up_pow2(align), size, arena_limit());
   if (p != NULL) return p;
-  const MallocDispatch* t = wait_for_table();
+  const MallocDispatch17* t = wait_for_table();
   if (t != NULL) return t->memalign(align, size);
   errno = ENOMEM;
   return NULL;
@@ -594,14 +608,14 @@ static void* early_memalign(size_t align, size_t size) {
 static void* early_malloc(size_t size) {
   void* p = arena_alloc(16, size, arena_limit());
   if (p != NULL) return p;
-  const MallocDispatch* t = wait_for_table();
+  const MallocDispatch17* t = wait_for_table();
   if (t != NULL) return t->malloc(size);
   errno = ENOMEM;
   return NULL;
 }
 
 static void* do_malloc(size_t size) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   return t != NULL ? t->malloc(size) : early_malloc(size);
 }
 
@@ -621,14 +635,14 @@ static size_t page_size(void) {
 /* ------------------------------------------------------------------------------------------ */
 
 EXPORT void* malloc(size_t size) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->malloc(size);
   return early_malloc(size);
 }
 
 EXPORT void free(void* pointer) {
   if (UNLIKELY(in_arena(pointer))) return; /* arena blocks are never reused */
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) {
     t->free(pointer);
   } else if (pointer != NULL && __libc_free != NULL) {
@@ -637,7 +651,7 @@ EXPORT void free(void* pointer) {
 }
 
 EXPORT void* calloc(size_t nmemb, size_t size) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->calloc(nmemb, size);
   size_t total;
   if (__builtin_mul_overflow(nmemb, size, &total)) {
@@ -655,13 +669,19 @@ EXPORT void* realloc(void* pointer, size_t size) {
     if (q != NULL) memcpy(q, pointer, old < size ? old : size);
     return q;
   }
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->realloc(pointer, size);
   if (pointer == NULL) return early_malloc(size);
   return __libc_realloc != NULL ? __libc_realloc(pointer, size) : NULL;
 }
 
+/* Android 17's libc: reallocarray is a dispatch entry of its own (debug_reallocarray checks the
+ * product); arena blocks and calls before the table exists take realloc's path. */
 EXPORT void* reallocarray(void* pointer, size_t nmemb, size_t size) {
+  if (LIKELY(!in_arena(pointer))) {
+    const MallocDispatch17* t = table();
+    if (LIKELY(t != NULL)) return t->reallocarray(pointer, nmemb, size);
+  }
   size_t total;
   if (__builtin_mul_overflow(nmemb, size, &total)) {
     errno = ENOMEM;
@@ -671,13 +691,13 @@ EXPORT void* reallocarray(void* pointer, size_t nmemb, size_t size) {
 }
 
 EXPORT void* memalign(size_t alignment, size_t size) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->memalign(alignment, size);
   return early_memalign(alignment, size);
 }
 
 EXPORT int posix_memalign(void** memptr, size_t alignment, size_t size) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->posix_memalign(memptr, alignment, size);
   if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) return EINVAL;
   int saved = errno;
@@ -689,13 +709,13 @@ EXPORT int posix_memalign(void** memptr, size_t alignment, size_t size) {
 }
 
 EXPORT void* aligned_alloc(size_t alignment, size_t size) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->aligned_alloc(alignment, size);
   return early_memalign(alignment, size);
 }
 
 EXPORT void* valloc(size_t size) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
 #if !defined(__LP64__)
   if (LIKELY(t != NULL)) return t->valloc(size);
 #else
@@ -712,7 +732,7 @@ EXPORT void* pvalloc(size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
 #if !defined(__LP64__)
   if (LIKELY(t != NULL)) return t->pvalloc(size);
 #else
@@ -723,26 +743,26 @@ EXPORT void* pvalloc(size_t size) {
 
 EXPORT size_t malloc_usable_size(void* pointer) {
   if (UNLIKELY(in_arena(pointer))) return arena_size(pointer);
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->malloc_usable_size(pointer);
   return g_libc_malloc_usable_size != NULL ? g_libc_malloc_usable_size(pointer) : 0;
 }
 
 /* glibc's struct mallinfo (int fields): the dispatch's mallinfo is glibc's on this host. */
 EXPORT struct mallinfo mallinfo(void) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->mallinfo();
   return __libc_mallinfo != NULL ? __libc_mallinfo() : fallback_mallinfo();
 }
 
 EXPORT int mallopt(int param, int value) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->mallopt(param, value);
   return __libc_mallopt != NULL ? __libc_mallopt(param, value) : 0;
 }
 
 EXPORT int malloc_info(int options, FILE* fp) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) return t->malloc_info(options, fp);
   return fallback_malloc_info(options, fp);
 }
@@ -753,18 +773,18 @@ EXPORT int malloc_info(int options, FILE* fp) {
 
 EXPORT int malloc_iterate(uintptr_t base, size_t size,
                           void (*callback)(uintptr_t base, size_t size, void* arg), void* arg) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (t == NULL) return native_malloc_iterate(base, size, callback, arg);
   return t->malloc_iterate(base, size, callback, arg);
 }
 
 EXPORT void malloc_disable(void) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (t != NULL) t->malloc_disable();
 }
 
 EXPORT void malloc_enable(void) {
-  const MallocDispatch* t = table();
+  const MallocDispatch17* t = table();
   if (t != NULL) t->malloc_enable();
 }
 

@@ -63,6 +63,7 @@ typedef size_t (*MallocMallocUsableSize)(const void*);
 typedef void* (*MallocMemalign)(size_t, size_t);
 typedef int (*MallocPosixMemalign)(void**, size_t, size_t);
 typedef void* (*MallocRealloc)(void*, size_t);
+typedef void* (*MallocReallocarray)(void*, size_t, size_t);
 typedef void (*MallocIterateCallback)(uintptr_t base, size_t size, void* arg);
 typedef int (*MallocIterate)(uintptr_t, size_t, MallocIterateCallback, void*);
 typedef void (*MallocMallocDisable)(void);
@@ -79,8 +80,8 @@ typedef void* (*MallocValloc)(size_t);
  * 32-byte alignment are ABI:
  *   LP64:  14 pointers at offsets 0..104, sizeof 128 (padded to the alignment).
  *   ILP32: 16 pointers at offsets 0..60 (pvalloc at 28, valloc at 36), sizeof 64.
- * Android 9's table ends before malloc_info: the library reads that field only when
- * debug_malloc_info is called.
+ * This is the table of Android 9 to 16. Android 9's ends before malloc_info (that slot is its
+ * padding, zero: the library then answers malloc_info with -1/ENOTSUP itself).
  */
 typedef struct MallocDispatch {
   MallocCalloc calloc;
@@ -104,6 +105,42 @@ typedef struct MallocDispatch {
   MallocAlignedAlloc aligned_alloc;
   MallocMallocInfo malloc_info;
 } __attribute__((aligned(32))) MallocDispatch;
+
+/*
+ * Android 17's table: the same fields with reallocarray inserted right after realloc, so every
+ * later field moves one slot:
+ *   LP64:  15 pointers (reallocarray at 64, malloc_info at 112), sizeof 128.
+ *   ILP32: 17 pointers (realloc at 32, reallocarray at 36, valloc at 40, malloc_info at 64),
+ *          sizeof 96.
+ * debug_initialize accepts either table (cast to const MallocDispatch*) and tells them apart at
+ * run time: on LP64 by the slot at offset 112, which must be zero in a classic table (it is
+ * padding there, zero in every static table), on ILP32 by the device's release (API level 37,
+ * or a pre-release build of 36 with a codename other than REL). Pass a zero-initialised or static
+ * classic table on LP64.
+ */
+typedef struct MallocDispatch17 {
+  MallocCalloc calloc;
+  MallocFree free;
+  MallocMallinfo mallinfo;
+  MallocMalloc malloc;
+  MallocMallocUsableSize malloc_usable_size;
+  MallocMemalign memalign;
+  MallocPosixMemalign posix_memalign;
+#if !defined(__LP64__)
+  MallocPvalloc pvalloc;
+#endif
+  MallocRealloc realloc;
+  MallocReallocarray reallocarray;
+#if !defined(__LP64__)
+  MallocValloc valloc;
+#endif
+  MallocIterate malloc_iterate;
+  MallocMallocDisable malloc_disable;
+  MallocMallocEnable malloc_enable;
+  MallocMallopt mallopt;
+  MallocAlignedAlloc aligned_alloc;
+  MallocMallocInfo malloc_info;
+} __attribute__((aligned(32))) MallocDispatch17;
 
 /*
  * One record of the buffer debug_get_malloc_leak_info() returns (native-endian, packed, no
@@ -156,7 +193,8 @@ typedef struct {
 
 /* ---- Control functions (libc resolves these first, in this order) ---- */
 
-/* Sets the library up. dispatch and zygote_child must stay valid for the process lifetime;
+/* Sets the library up. malloc_dispatch is a MallocDispatch or (cast) a MallocDispatch17; it and
+ * zygote_child must stay valid for the process lifetime;
  * options is copied (it may live on libc's stack). Returns false (and logs why) on failure. */
 bool debug_initialize(const MallocDispatch* malloc_dispatch, bool* zygote_child,
                       const char* options);
@@ -178,12 +216,15 @@ void debug_dump_heap(const char* file_name);
 /* ---- Dispatch entries (libc resolves these second, in MallocDispatch-filling order:
  *      free calloc mallinfo mallopt malloc malloc_info malloc_usable_size memalign
  *      posix_memalign aligned_alloc realloc malloc_iterate malloc_disable malloc_enable
- *      [pvalloc valloc on ILP32]) ---- */
+ *      [pvalloc valloc on ILP32]; Android 17 also reallocarray) ---- */
 
 void* debug_malloc(size_t size);
 void debug_free(void* pointer);
 void* debug_calloc(size_t nmemb, size_t bytes);
 void* debug_realloc(void* pointer, size_t bytes);
+/* Android 17 (libc requires the name there; older libcs never look it up): ENOMEM and NULL when
+ * nmemb * size overflows, else debug_realloc(pointer, nmemb * size). */
+void* debug_reallocarray(void* pointer, size_t nmemb, size_t size);
 void* debug_memalign(size_t alignment, size_t bytes);
 int debug_posix_memalign(void** memptr, size_t alignment, size_t size);
 void* debug_aligned_alloc(size_t alignment, size_t size);

@@ -1,9 +1,9 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
  * Usage: malloc_test [leak|bugs|fork]
- * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free, prints one line per
- * check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that libc's
- * exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation is
- * left live (for leak_track). With "fork", see fork_test. Prototypes are declared by hand: no
+ * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free/mallopt, prints one
+ * line per check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that
+ * libc's exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation
+ * is left live (for leak_track). With "fork", see fork_test. Prototypes are declared by hand: no
  * bionic headers here. */
 
 typedef unsigned long size_t;
@@ -14,6 +14,7 @@ extern void* realloc(void* p, size_t size);
 extern void free(void* p);
 extern int posix_memalign(void** out, size_t alignment, size_t size);
 extern size_t malloc_usable_size(const void* p);
+extern int mallopt(int param, int value);
 extern int dprintf(int fd, const char* fmt, ...);
 extern int strcmp(const char* a, const char* b);
 extern void* memset(void* p, int c, size_t n);
@@ -305,6 +306,11 @@ int main(int argc, char** argv, char** envp) {
 
   free(0);
   check("free(NULL)", 1);
+
+  // Through the dispatch table's mallopt slot, which moved in Android 17's table: the native
+  // allocator answers 1 (jemalloc and Scudo, Android 9 and later; Android 9's jemalloc answers 0
+  // to M_PURGE); a slot of the wrong layout would not.
+  check("mallopt(M_DECAY_TIME, 1) reaches the allocator", mallopt(-100 /* M_DECAY_TIME */, 1) == 1);
 
   if (argc > 1 && strcmp(argv[1], "leak") == 0) {
     void* leaked = malloc(1234);

@@ -41,12 +41,38 @@ static MallocDispatch native = {
     .malloc_info = malloc_info,
 };
 
+// Android 17's table: glibc's reallocarray (2.26+) in the slot after realloc.
+static MallocDispatch17 native17 = {
+    .calloc = calloc,
+    .free = free,
+    .mallinfo = mallinfo,
+    .malloc = malloc,
+    .malloc_usable_size = (size_t (*)(const void*))malloc_usable_size,
+    .memalign = memalign,
+    .posix_memalign = posix_memalign,
+    .realloc = realloc,
+    .reallocarray = reallocarray,
+    .malloc_iterate = no_iterate,
+    .malloc_disable = no_op,
+    .malloc_enable = no_op,
+    .mallopt = mallopt,
+    .aligned_alloc = aligned_alloc,
+    .malloc_info = malloc_info,
+};
+
+// The table init() passes: Android 17's when MALLOC_DEBUG_TEST_LAYOUT=17, else the classic one.
+static const MallocDispatch* native_table(void) {
+  const char* layout = getenv("MALLOC_DEBUG_TEST_LAYOUT");
+  if (layout != NULL && strcmp(layout, "17") == 0) return (const MallocDispatch*)&native17;
+  return &native;
+}
+
 #define DEBUG_FUNCTIONS(X)                                                          \
   X(initialize) X(finalize) X(get_malloc_leak_info) X(free_malloc_leak_info)        \
   X(malloc_backtrace) X(write_malloc_leak_info) X(free) X(calloc) X(mallinfo)       \
   X(mallopt) X(malloc) X(malloc_info) X(malloc_usable_size) X(memalign)             \
   X(posix_memalign) X(aligned_alloc) X(realloc) X(malloc_iterate) X(malloc_disable) \
-  X(malloc_enable) X(dump_heap) X(iterate)
+  X(malloc_enable) X(dump_heap) X(iterate) X(reallocarray)
 
 #define DECLARE(name) static __typeof__(debug_##name)* d_##name;
 DEBUG_FUNCTIONS(DECLARE)
@@ -69,7 +95,7 @@ static void load(const char* lib) {
 static bool zygote_child;
 
 static int init(const char* options) {
-  bool ok = d_initialize(&native, &zygote_child, options);
+  bool ok = d_initialize(native_table(), &zygote_child, options);
   printf("initialize=%d\n", ok);
   return ok;
 }

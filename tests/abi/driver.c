@@ -140,6 +140,126 @@ static void finalize_while_allocating(void) {
   printf("finalize ok\n");
 }
 
+// reallocarray (Android 17's entry) with the spec's rules (current-aosp §1): n * size bytes
+// through realloc, ENOMEM when the product overflows, errno kept on success; with a backtrace
+// option the first frame is the caller's, not the library's.
+static void reallocarray_semantics(const char* options) {
+  errno = 42;
+  char* p = d_reallocarray(NULL, 10, 10);
+  CHECK(p != NULL && errno == 42 && d_malloc_usable_size(p) >= 100);
+  memcpy(p, "abcdefghi", 10);
+  p = d_reallocarray(p, 1000, 100);
+  CHECK(p != NULL && strcmp(p, "abcdefghi") == 0 && d_malloc_usable_size(p) >= 100000);
+  CHECK(errno == 42);
+  // Products that overflow, also to a small value (2^(bits-1) + 1 times 2 wraps to 2).
+  const size_t half = ((size_t)1 << (sizeof(size_t) * 8 - 1)) + 1;
+  errno = 0;
+  CHECK(d_reallocarray(p, half, 2) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(d_reallocarray(p, 2, half) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(d_reallocarray(p, SIZE_MAX / 2, 3) == NULL && errno == ENOMEM);
+  CHECK(strcmp(p, "abcdefghi") == 0);  // a failed call leaves the block alone
+  errno = 0;
+  // No overflow, but more than realloc gives: realloc's own failure.
+  CHECK(d_reallocarray(p, (size_t)1 << 16, (size_t)1 << 15) == NULL && errno == ENOMEM);
+  p = d_reallocarray(p, 5, 1);
+  CHECK(p != NULL && memcmp(p, "abcde", 5) == 0);
+  if (strstr(options, "backtrace") != NULL) {
+    uintptr_t frames[8];
+    ssize_t n = d_malloc_backtrace(p, frames, 8);
+    Dl_info caller, here;
+    CHECK(n >= 1 && dladdr((void*)frames[0], &caller) != 0 && dladdr((void*)&reallocarray_semantics, &here) != 0);
+    CHECK(strcmp(caller.dli_fname, here.dli_fname) == 0);
+  }
+  CHECK(d_reallocarray(p, 0, 10) == NULL);  // realloc(p, 0): freed
+  printf("reallocarray ok\n");
+}
+
+// A native table whose every entry says which slot it was called through (then does the work
+// with glibc), in the layout MALLOC_DEBUG_TEST_LAYOUT asks for.
+static const char* hit = "";
+static const char* nested_hit = "";
+static int nest_in_calloc;
+static void* t_calloc(size_t n, size_t s) {
+  if (nest_in_calloc) {
+    // Called by the library while this thread is inside it: debug calls are disabled here.
+    nest_in_calloc = 0;
+    void* r = d_reallocarray(NULL, 3, 5);
+    nested_hit = hit;
+    free(r);
+  }
+  hit = "calloc";
+  return calloc(n, s);
+}
+static void t_free(void* p) { hit = "free"; free(p); }
+static struct mallinfo t_mallinfo(void) { hit = "mallinfo"; return mallinfo(); }
+static void* t_malloc(size_t s) { hit = "malloc"; return malloc(s); }
+static size_t t_usable(const void* p) { hit = "malloc_usable_size"; return malloc_usable_size((void*)p); }
+static void* t_memalign(size_t a, size_t s) { hit = "memalign"; return memalign(a, s); }
+static int t_posix_memalign(void** out, size_t a, size_t s) { hit = "posix_memalign"; return posix_memalign(out, a, s); }
+static void* t_realloc(void* p, size_t s) { hit = "realloc"; return realloc(p, s); }
+static void* t_reallocarray(void* p, size_t n, size_t s) { hit = "reallocarray"; return reallocarray(p, n, s); }
+static int t_iterate(uintptr_t b, size_t s, void (*cb)(uintptr_t, size_t, void*), void* arg) {
+  hit = "malloc_iterate";
+  return no_iterate(b, s, cb, arg);
+}
+static void t_disable(void) { hit = "malloc_disable"; }
+static void t_enable(void) { hit = "malloc_enable"; }
+static int t_mallopt(int p, int v) { hit = "mallopt"; return mallopt(p, v); }
+static void* t_aligned_alloc(size_t a, size_t s) { hit = "aligned_alloc"; return aligned_alloc(a, s); }
+static int t_malloc_info(int o, FILE* f) { hit = "malloc_info"; return malloc_info(o, f); }
+
+#define TRACING_FIELDS                                                                       \
+  .calloc = t_calloc, .free = t_free, .mallinfo = t_mallinfo, .malloc = t_malloc,            \
+  .malloc_usable_size = t_usable, .memalign = t_memalign, .posix_memalign = t_posix_memalign, \
+  .realloc = t_realloc, .malloc_iterate = t_iterate, .malloc_disable = t_disable,            \
+  .malloc_enable = t_enable, .mallopt = t_mallopt, .aligned_alloc = t_aligned_alloc,         \
+  .malloc_info = t_malloc_info
+static MallocDispatch tracing = {TRACING_FIELDS};
+static MallocDispatch17 tracing17 = {TRACING_FIELDS, .reallocarray = t_reallocarray};
+
+static int init_tracing(const char* options) {
+  const char* layout = getenv("MALLOC_DEBUG_TEST_LAYOUT");
+  const MallocDispatch* table = (layout != NULL && strcmp(layout, "17") == 0)
+                                    ? (const MallocDispatch*)&tracing17
+                                    : &tracing;
+  return d_initialize(table, &zygote_child, options);
+}
+
+// Every pass-through entry reaches the slot of its own name.
+static void slots(void) {
+  d_mallopt(M_PURGE_ALL_VALUE, 0);
+  printf("mallopt -> %s\n", hit);
+  d_mallinfo();
+  printf("mallinfo -> %s\n", hit);
+  FILE* f = fopen("/dev/null", "w");
+  d_malloc_info(0, f);
+  printf("malloc_info -> %s\n", hit);
+  fclose(f);
+  struct seen s = {0, 0};
+  d_malloc_iterate(0, 0, count_if_live, &s);
+  printf("malloc_iterate -> %s\n", hit);
+  d_malloc_disable();
+  printf("malloc_disable -> %s\n", hit);
+  d_malloc_enable();
+  printf("malloc_enable -> %s\n", hit);
+}
+
+// reallocarray called while debug calls are disabled on the thread (the library is inside
+// get_malloc_leak_info, getting its buffer from the native calloc) goes to the native table.
+static void nested(void) {
+  void* live = d_malloc(10);
+  uint8_t* info;
+  size_t overall, info_size, total, bt;
+  nest_in_calloc = 1;
+  d_get_malloc_leak_info(&info, &overall, &info_size, &total, &bt);
+  CHECK(nest_in_calloc == 0 && info != NULL);
+  printf("nested reallocarray -> %s\n", nested_hit);
+  d_free_malloc_leak_info(info);
+  d_free(live);
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc < 3) return 2;
@@ -149,12 +269,12 @@ int main(int argc, char** argv) {
   if (strcmp(scenario, "init") == 0) {
     init(options);
   } else if (strcmp(scenario, "null-args") == 0) {
-    printf("null zygote=%d\n", d_initialize(&native, NULL, options));
-    printf("null options=%d\n", d_initialize(&native, &zygote_child, NULL));
+    printf("null zygote=%d\n", d_initialize(native_table(), NULL, options));
+    printf("null options=%d\n", d_initialize(native_table(), &zygote_child, NULL));
     init(options);
   } else if (strcmp(scenario, "int-zygote") == 0) {
     static int zygote_int;
-    printf("initialize=%d\n", d_initialize(&native, (bool*)&zygote_int, options));
+    printf("initialize=%d\n", d_initialize(native_table(), (bool*)&zygote_int, options));
     void* p = d_malloc(10);
     CHECK(p != NULL);
     d_free(p);
@@ -176,9 +296,18 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "finalize-threads") == 0) {
     CHECK(init(options));
     finalize_while_allocating();
+  } else if (strcmp(scenario, "reallocarray") == 0) {
+    CHECK(init(options));
+    reallocarray_semantics(options);
+  } else if (strcmp(scenario, "slots") == 0) {
+    CHECK(init_tracing(options));
+    slots();
+  } else if (strcmp(scenario, "nested") == 0) {
+    CHECK(init_tracing(options));
+    nested();
   } else if (strcmp(scenario, "twice") == 0) {
     CHECK(init(options));
-    printf("second=%d\n", d_initialize(&native, &zygote_child, options));
+    printf("second=%d\n", d_initialize(native_table(), &zygote_child, options));
   } else {
     printf("unknown scenario %s\n", scenario);
     return 2;

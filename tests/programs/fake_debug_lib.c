@@ -2,6 +2,8 @@
 // every dispatch entry to the table it was given and reports what it saw.
 //   -DOMIT_MALLOC_INFO   build without debug_malloc_info (a dispatch entry)
 //   -DOMIT_FINALIZE      build without debug_finalize (a control function)
+//   -DOMIT_REALLOCARRAY  build without debug_reallocarray (Android 17's dispatch entry)
+// The front passes Android 17's table (MallocDispatch17), which this library expects.
 // Options understood by debug_initialize: "fail" makes it return false; "early" checks the
 // allocation its constructor made while the front was still bootstrapping.
 // With FAKE_BOOTSTRAP_THREADS set in the environment, the constructor starts threads that
@@ -22,7 +24,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-static const MallocDispatch* g_dispatch;
+static const MallocDispatch17* g_dispatch;
 static bool* g_zygote;
 static unsigned char* g_early;
 static size_t g_early_usable;
@@ -83,7 +85,8 @@ EXPORT bool debug_initialize(const MallocDispatch* dispatch, bool* zygote_child,
                              const char* options) {
   if (dispatch == NULL || zygote_child == NULL || options == NULL) return false;
   if (strstr(options, "fail") != NULL) return false;
-  g_dispatch = dispatch;
+  g_dispatch = (const MallocDispatch17*)dispatch;
+  dispatch = NULL;  // only through g_dispatch, Android 17's layout
   g_zygote = zygote_child;
   // Give the constructor's threads time to exhaust the front's bootstrap arena: they must wait
   // for the table rather than fail.
@@ -98,11 +101,13 @@ EXPORT bool debug_initialize(const MallocDispatch* dispatch, bool* zygote_child,
     say(msg);
   }
   // The native table is glibc's: memory from it can be used and returned.
-  void* p = dispatch->malloc(32);
-  bool native_ok = p != NULL && dispatch->malloc_usable_size(p) >= 32;
-  dispatch->free(p);
+  void* p = g_dispatch->reallocarray(NULL, 4, 8);
+  bool native_ok = p != NULL && g_dispatch->malloc_usable_size(p) >= 32;
+  g_dispatch->free(p);
   errno = 0;
-  int it = dispatch->malloc_iterate(0, 0, NULL, NULL);
+  native_ok = native_ok && g_dispatch->reallocarray(NULL, SIZE_MAX, 2) == NULL && errno == ENOMEM;
+  errno = 0;
+  int it = g_dispatch->malloc_iterate(0, 0, NULL, NULL);
   snprintf(msg, sizeof(msg), "native ok=%d iterate=%d errno_enotsup=%d", native_ok, it,
            errno == ENOTSUP);
   say(msg);
@@ -156,6 +161,14 @@ EXPORT void* debug_calloc(size_t nmemb, size_t bytes) { return g_dispatch->callo
 EXPORT void* debug_realloc(void* pointer, size_t bytes) {
   return g_dispatch->realloc(pointer, bytes);
 }
+#if !defined(OMIT_REALLOCARRAY)
+EXPORT void* debug_reallocarray(void* pointer, size_t nmemb, size_t size) {
+  char msg[80];
+  snprintf(msg, sizeof(msg), "reallocarray nmemb=%zu size=%zu", nmemb, size);
+  say(msg);
+  return g_dispatch->reallocarray(pointer, nmemb, size);
+}
+#endif
 EXPORT void* debug_memalign(size_t alignment, size_t bytes) {
   return g_dispatch->memalign(alignment, bytes);
 }
