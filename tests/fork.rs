@@ -1,8 +1,10 @@
 //! Fork children of a process whose other threads use the dynamic loader
 //! (tests/programs/fork_dlopen.c): a child forked while another thread held the loader's lock
 //! inherits it held, and must still run to its end under malloc debug as it does bare. The
-//! unwinder puts such children in quarantine (src/backtrace/quarantine.rs): they never call the
-//! loader, and their backtraces still name the program's functions.
+//! unwinder puts the children of multi-threaded parents in quarantine
+//! (src/backtrace/quarantine.rs): they never call the loader, and their backtraces go through
+//! the code loaded before malloc debug started, ending at the first frame of a later library.
+//! Children of single-threaded parents walk everything.
 
 mod common;
 
@@ -51,12 +53,36 @@ fn children_forked_during_dlopen_all_finish() {
     }
 }
 
-#[test]
-fn a_quarantined_child_reports_its_leak_with_a_backtrace() {
+/// The functions of the frames after #00 (the front's malloc) of the child's leak of `size`.
+fn leak_frames(out: &std::process::Output, child: u32, size: usize) -> Vec<String> {
+    let lines: Vec<String> = log_lines(&out.stderr)
+        .into_iter()
+        .filter(|l| l.pid == child && l.tag == "malloc_debug")
+        .map(|l| l.msg)
+        .collect();
+    let head = format!("+++ fork_dlopen leaked block of size {size} at 0x");
+    let at = lines
+        .iter()
+        .position(|m| m.starts_with(&head))
+        .unwrap_or_else(|| panic!("no leak of {size} bytes in the child:\n{}", stderr_of(out)));
+    assert_eq!(lines[at + 1], "Backtrace at time of allocation:");
+    assert!(lines[at + 2].contains(" (malloc+"), "{}", lines[at + 2]);
+    lines[at + 3..]
+        .iter()
+        .take_while(|m| m.starts_with("          #"))
+        .map(|m| {
+            let function = m.rsplit_once(" (").map_or("", |(_, f)| f);
+            function.split('+').next().unwrap_or("").to_string()
+        })
+        .collect()
+}
+
+/// Runs `fork_dlopen LIB 1 MODE` under backtrace and leak_track: the child's pid and the output.
+fn one_leaking_child(mode: &str) -> (u32, std::process::Output) {
     let (program, lib) = (program(), library());
     let out = run_under_front(
         &program,
-        &[path(&lib), "1", "leak"],
+        &[path(&lib), "1", mode],
         Some("backtrace leak_track"),
         &[],
     );
@@ -68,31 +94,27 @@ fn a_quarantined_child_reports_its_leak_with_a_backtrace() {
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no child pid in {stdout:?}"));
     assert!(stdout.ends_with("children 1 hung 0 failed 0\n"), "{stdout}");
-    // The child's records: the leak of 4242 bytes (allocated in child_alloc) and its frames.
-    let lines: Vec<String> = log_lines(&out.stderr)
-        .into_iter()
-        .filter(|l| l.pid == child && l.tag == "malloc_debug")
-        .map(|l| l.msg)
-        .collect();
-    let at = lines
-        .iter()
-        .position(|m| {
-            m.starts_with("+++ fork_dlopen leaked block of size 4242 at 0x")
-                && m.contains(" (leak 1 of ")
-        })
-        .unwrap_or_else(|| panic!("no leak record of the child:\n{}", stderr_of(&out)));
-    assert_eq!(lines[at + 1], "Backtrace at time of allocation:");
-    // Frame #00 is the front's malloc; then the program's own functions, in order.
-    let functions: Vec<&str> = lines[at + 3..at + 6]
-        .iter()
-        .map(|m| {
-            let name = m
-                .rsplit_once(" (")
-                .map(|(_, f)| f.split('+').next().unwrap_or(""))
-                .unwrap_or("");
-            assert!(m.contains(&format!(" {} (", program.display())), "{m}");
-            name
-        })
-        .collect();
-    assert_eq!(functions, ["child_alloc", "child_work", "main"]);
+    (child, out)
+}
+
+#[test]
+fn a_quarantined_child_backtraces_through_startup_code_only() {
+    let (child, out) = one_leaking_child("leak");
+    // The program's own functions and libc were loaded before malloc debug started.
+    let own = leak_frames(&out, child, 4242);
+    assert_eq!(own[..3], ["child_alloc", "child_work", "main"], "{own:?}");
+    // The walk ends at the first frame in code loaded later: asking the loader how to step
+    // out of it could hang this child.
+    assert_eq!(leak_frames(&out, child, 4343), ["fork_dlopen_lib_alloc"]);
+}
+
+#[test]
+fn the_child_of_a_single_threaded_parent_walks_everything() {
+    let (child, out) = one_leaking_child("leak-single");
+    let frames = leak_frames(&out, child, 4343);
+    assert_eq!(
+        frames[..3],
+        ["fork_dlopen_lib_alloc", "child_work", "main"],
+        "{frames:?}"
+    );
 }

@@ -1,9 +1,11 @@
 // Forks while other threads dlopen and dlclose a library in a loop; every child allocates (so
 // that, under the backtrace option, it walks stacks no walk of the parent cached) and exits.
 //   fork_dlopen LIB N        prints "children N hung H failed F"
-//   fork_dlopen LIB N leak   the same, each child leaking a 4242-byte block and exiting with
-//                            exit() (so that leak_track reports it with its backtrace); also
-//                            prints "child PID" for each child
+//   fork_dlopen LIB N leak   the same, each child leaking a 4242-byte block from its own code
+//                            and a 4343-byte one from LIB's (which the main thread keeps loaded)
+//                            and exiting with exit(), so that leak_track reports both with
+//                            their backtraces; also prints "child PID" for each child
+//   fork_dlopen LIB N leak-single   as leak, without the loading threads
 // A child that has not exited 10 s after the last fork counts as hung (and is killed): this is a
 // hang detector, not a timing threshold. "failed" counts children that exited otherwise than
 // with status 0.
@@ -23,6 +25,7 @@
 
 static const char *lib;
 static int leak;
+static void *(*lib_alloc)(size_t);
 static volatile int stop;
 static volatile int cycles;
 
@@ -47,7 +50,7 @@ __attribute__((noinline)) static void child_work(int i) {
     void *blocks[16];
     for (int k = 0; k < 16; k++) blocks[k] = child_alloc(16 + (size_t)k + (size_t)(i % 7));
     for (int k = 0; k < 16; k++) free(blocks[k]);
-    if (leak) exit(child_alloc(4242) == NULL ? 2 : 0);
+    if (leak) exit(child_alloc(4242) == NULL || lib_alloc(4343) == NULL ? 2 : 0);
     _exit(blocks[0] == NULL ? 2 : 0);
 }
 
@@ -58,20 +61,30 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "leak") == 0)) {
-        fprintf(stderr, "usage: %s LIB N [leak]\n", argv[0]);
+    int single = argc == 4 && strcmp(argv[3], "leak-single") == 0;
+    if (argc != 3 && !(argc == 4 && (strcmp(argv[3], "leak") == 0 || single))) {
+        fprintf(stderr, "usage: %s LIB N [leak|leak-single]\n", argv[0]);
         return 2;
     }
     setvbuf(stdout, NULL, _IONBF, 0);
     lib = argv[1];
     leak = argc == 4;
+    if (leak) {
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        lib_alloc = h != NULL ? (void *(*)(size_t))dlsym(h, "fork_dlopen_lib_alloc") : NULL;
+        if (lib_alloc == NULL) {
+            fprintf(stderr, "cannot load %s: %s\n", lib, dlerror());
+            return 2;
+        }
+    }
+    int loaders = single ? 0 : LOADERS;
     int n = atoi(argv[2]);
     pid_t *pids = calloc((size_t)n, sizeof *pids);
     pthread_t threads[LOADERS];
-    for (int t = 0; t < LOADERS; t++) pthread_create(&threads[t], NULL, loader, NULL);
+    for (int t = 0; t < loaders; t++) pthread_create(&threads[t], NULL, loader, NULL);
 
     // The loaders are running before the first fork.
-    while (__atomic_load_n(&cycles, __ATOMIC_RELAXED) < 10 * LOADERS) usleep(1000);
+    while (__atomic_load_n(&cycles, __ATOMIC_RELAXED) < 10 * loaders) usleep(1000);
 
     int live = 0, failed = 0;
     for (int i = 0; i < n; i++) {
@@ -95,7 +108,7 @@ int main(int argc, char **argv) {
         }
     }
     stop = 1;
-    for (int t = 0; t < LOADERS; t++) pthread_join(threads[t], NULL);
+    for (int t = 0; t < loaders; t++) pthread_join(threads[t], NULL);
 
     double deadline = now() + HANG_SECONDS;
     while (live > 0 && now() < deadline) {

@@ -6,4 +6,9 @@ static void *block;
 __attribute__((constructor)) static void init(void) { block = malloc(32); }
 __attribute__((destructor)) static void fini(void) { free(block); }
 
-int fork_dlopen_lib_value(void) { return block != NULL; }
+// An allocation whose caller is code loaded after malloc debug started.
+__attribute__((noinline)) void *fork_dlopen_lib_alloc(size_t n) {
+    void *p = malloc(n);
+    __asm__ volatile("" ::"r"(p) : "memory");
+    return p;
+}
