@@ -105,20 +105,10 @@ pub fn generation() -> u32 {
 /// count), whose tables a quarantined fork child reads without the loader's lock.
 const MAX_PERMANENT: usize = 512;
 const MAX_MODULES: usize = 256;
-static PERMANENT: [[AtomicUsize; 3]; MAX_PERMANENT] = [const {
-    [
-        AtomicUsize::new(0),
-        AtomicUsize::new(0),
-        AtomicUsize::new(0),
-    ]
-}; MAX_PERMANENT];
-static MODULES: [[AtomicUsize; 3]; MAX_MODULES] = [const {
-    [
-        AtomicUsize::new(0),
-        AtomicUsize::new(0),
-        AtomicUsize::new(0),
-    ]
-}; MAX_MODULES];
+static PERMANENT: [[AtomicUsize; 3]; MAX_PERMANENT] =
+    [const { [const { AtomicUsize::new(0) }; 3] }; MAX_PERMANENT];
+static MODULES: [[AtomicUsize; 3]; MAX_MODULES] =
+    [const { [const { AtomicUsize::new(0) }; 3] }; MAX_MODULES];
 static PERMANENT_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 pub fn record_permanent_modules() {
