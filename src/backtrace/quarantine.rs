@@ -8,7 +8,7 @@
 //! not in such a child.
 //!
 //! Whether the lock can be held is decided at fork: the prepare handler counts the parent's
-//! threads (`/proc/self/stat`, field 20). With one thread — the forking one, which is not inside
+//! threads (`sole_thread`). With one thread — the forking one, which is not inside
 //! the loader since it is forking — the child is safe and behaves like any process. Otherwise the
 //! child is *quarantined* for its whole life (until it `exec`s): the unwinder never calls the
 //! loader there and uses only what it recorded of the modules loaded before the library started
@@ -45,7 +45,7 @@ pub fn register() {
 extern "C" fn prepare() {
     // The handler runs inside `fork`, which leaves errno alone when it succeeds.
     let saved = crate::platform::errno();
-    let sole = thread_count() == Some(1);
+    let sole = sole_thread();
     PARENT_HAD_OTHER_THREADS.store(!sole, Ordering::Relaxed);
     crate::platform::set_errno(saved);
 }
@@ -54,6 +54,20 @@ extern "C" fn child() {
     if PARENT_HAD_OTHER_THREADS.load(Ordering::Relaxed) {
         ACTIVE.store(true, Ordering::Relaxed);
     }
+}
+
+/// Whether this process has one thread. procfs gives `/proc/self/task` two links plus one per
+/// thread (one `stat`, a quarter of the cost of reading `/proc/self/stat`, whose generation
+/// dominates a fork handler otherwise); any other link count than 3 or more is not trusted and
+/// the documented count is read instead. Unknown counts as "not alone".
+fn sole_thread() -> bool {
+    // SAFETY: an all-zero `stat` is a valid value to overwrite.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: a NUL-terminated literal path and a valid out-pointer.
+    if unsafe { libc::stat(c"/proc/self/task".as_ptr(), &mut st) } == 0 && st.st_nlink >= 3 {
+        return st.st_nlink == 3;
+    }
+    thread_count() == Some(1)
 }
 
 /// The number of threads of this process (`num_threads` of `/proc/self/stat`), or `None` when
@@ -119,7 +133,25 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || rx.recv().ok());
         assert!(thread_count().unwrap() >= 2);
+        // The test harness has several threads, and now one more.
+        assert!(!sole_thread());
         drop(tx);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_process_alone_is_seen_alone() {
+        // A fork child of this multi-threaded test process has one thread.
+        // SAFETY: the child only calls the function under test and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = sole_thread() && thread_count() == Some(1);
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
     }
 }
