@@ -15,7 +15,7 @@ mod cfi;
 mod format;
 pub(crate) mod maps;
 mod memo;
-mod quarantine;
+pub(crate) mod quarantine;
 mod rule;
 #[cfg(all(target_arch = "aarch64", target_os = "android"))]
 mod stack;

@@ -27,7 +27,9 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static PARENT_HAD_OTHER_THREADS: AtomicBool = AtomicBool::new(true);
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 
-/// Whether this process is a quarantined fork child: no call into the dynamic loader.
+/// Whether this process is a quarantined fork child: no call into the dynamic loader. Besides
+/// the unwinder (cfi.rs, walk.rs), symbolisation must not call `dladdr` or `dlsym` then: bionic's
+/// take the same lock (glibc's take one that fork resets).
 #[inline]
 pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
