@@ -144,35 +144,33 @@ fn untag(pointer: usize) -> usize {
     }
 }
 
-/// `malloc_info` with tracking on (abi §5.7).
+/// `malloc_info` with tracking on (abi §5.7): one `<allocation>` per run of adjacent entries of
+/// the sorted list with the same size, `<total>` being how many entries the run holds (not
+/// bytes). As in the reference, the zygote flag is not compared: the runs are separate unless
+/// the smallest non-zygote size equals the largest zygote size, where the sorted list puts the
+/// two side by side and they make one run.
 pub fn malloc_info(cx: &Entered, fp: *mut libc::FILE) -> c_int {
     let _ = cx;
+    // The call succeeds: errno stays as it was (the stream calls below may set it).
+    let saved_errno = crate::platform::errno();
     // SAFETY: the caller's stream (null is refused by `for_stream`).
     let mut w = unsafe { FdWriter::for_stream(fp) };
     let _ = w.write_str("<malloc version=\"debug-malloc-1\">");
     if let Some(snapshot) = Snapshot::take() {
         let records = snapshot.records();
-        let mut nr = 0;
-        let mut i = 0;
-        while i < records.len() {
-            let (size, zygote) = (records[i].size, records[i].zygote);
-            let run = records[i..]
-                .iter()
-                .take_while(|r| r.size == size && r.zygote == zygote)
-                .count();
+        for (nr, run) in records.chunk_by(|a, b| a.size == b.size).enumerate() {
             let _ = write!(
                 w,
                 "<allocation nr=\"{}\"><size>{}</size><total>{}</total></allocation>",
                 nr,
-                size,
-                size.wrapping_mul(run)
+                run[0].size,
+                run.len()
             );
-            nr += 1;
-            i += run;
         }
     }
     let _ = w.write_str("</malloc>");
     w.flush();
+    crate::platform::set_errno(saved_errno);
     0
 }
 

@@ -1,9 +1,10 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
- * Usage: malloc_test [leak|bugs|fork]
+ * Usage: malloc_test [leak|bugs|fork|fork-dlopen|park|unwind]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free/mallopt, prints one
  * line per check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that
  * libc's exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation
- * is left live (for leak_track). With "fork", see fork_test. Prototypes are declared by hand: no
+ * is left live (for leak_track). With "fork", see fork_test; "fork-dlopen", fork_dlopen_test;
+ * "park" and "unwind", park_test and unwind_test. Prototypes are declared by hand: no
  * bionic headers here. */
 
 typedef unsigned long size_t;
@@ -27,6 +28,8 @@ extern int waitpid(int pid, int* status, int options);
 extern int kill(int pid, int sig);
 extern int usleep(unsigned int usec);
 extern void _exit(int status) __attribute__((noreturn));
+extern void* dlopen(const char* name, int flags);
+extern int dlclose(void* handle);
 
 extern int getpid(void);
 extern int gettid(void);
@@ -260,6 +263,64 @@ static void fork_test(void) {
   dprintf(1, "forks %d hung %d\n", reaped, hung);
 }
 
+static int loaders_stop, loader_cycles;
+
+static void* load_and_unload(void* arg) {
+  (void)arg;
+  while (!__atomic_load_n(&loaders_stop, __ATOMIC_RELAXED)) {
+    void* h = dlopen("libz.so", 2 /* RTLD_NOW */);
+    if (h != 0) dlclose(h);
+    __atomic_add_fetch(&loader_cycles, 1, __ATOMIC_RELAXED);
+  }
+  return 0;
+}
+
+// 300 forks while three threads dlopen and dlclose a library: bionic's loader lock (which
+// dl_iterate_phdr takes too) is then held by a thread the child does not have. Each child
+// allocates from a call site the parent never used and exits; a child not gone 10 s after the
+// last fork is killed and counted. Prints "dlopen forks N hung M".
+static void fork_dlopen_test(void) {
+  enum { N = 300, LOADERS = 3 };
+  static int pids[N];
+  unsigned long t[LOADERS];
+  for (int i = 0; i < LOADERS; i++) pthread_create(&t[i], 0, load_and_unload, 0);
+  while (__atomic_load_n(&loader_cycles, __ATOMIC_RELAXED) < 10 * LOADERS) usleep(1000);
+  int live = 0, status;
+  for (int i = 0; i < N; i++) {
+    int pid = fork();
+    if (pid == 0) {
+      child_allocates();
+      _exit(0);
+    }
+    pids[i] = pid;
+    live += pid > 0;
+    for (int done; (done = waitpid(-1, &status, 1 /* WNOHANG */)) > 0; live--)
+      for (int k = 0; k <= i; k++)
+        if (pids[k] == done) pids[k] = 0;
+  }
+  __atomic_store_n(&loaders_stop, 1, __ATOMIC_RELAXED);
+  for (int i = 0; i < LOADERS; i++) pthread_join(t[i], 0);
+  for (int waited = 0; live > 0 && waited < 1000; waited++) {
+    int done = waitpid(-1, &status, 1 /* WNOHANG */);
+    if (done <= 0) {
+      usleep(10000);
+      continue;
+    }
+    for (int k = 0; k < N; k++)
+      if (pids[k] == done) pids[k] = 0;
+    live--;
+  }
+  int hung = 0;
+  for (int k = 0; k < N; k++) {
+    if (pids[k] > 0) {
+      hung++;
+      kill(pids[k], 9);
+      waitpid(pids[k], &status, 0);
+    }
+  }
+  dprintf(1, "dlopen forks %d hung %d\n", N, hung);
+}
+
 static void check(const char* what, int ok) {
   dprintf(1, "%s: %s\n", what, ok ? "ok" : "FAILED");
   if (!ok) failures++;
@@ -325,6 +386,7 @@ int main(int argc, char** argv, char** envp) {
   if (argc > 1 && strcmp(argv[1], "fork") == 0) fork_test();
   if (argc > 1 && strcmp(argv[1], "park") == 0) park_test(200);
   if (argc > 1 && strcmp(argv[1], "unwind") == 0) unwind_test(1000);
+  if (argc > 1 && strcmp(argv[1], "fork-dlopen") == 0) fork_dlopen_test();
 
   dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
   exit(failures == 0 ? 0 : 1);

@@ -4,8 +4,11 @@
 //! module-set generation (cache invalidation) and the library's own code range.
 //!
 //! Everything runs inside the `dl_iterate_phdr` callback, with the loader lock held, so a
-//! module cannot be unmapped while its tables are read. Nothing here allocates.
+//! module cannot be unmapped while its tables are read. Nothing here allocates. Every call into
+//! the loader goes through [`iterate_modules`]; a quarantined fork child (quarantine.rs) makes
+//! none: it reads only the modules recorded at startup, which are never unloaded.
 
+use super::quarantine;
 use super::rule::{Entry, FpRule, Rule};
 use core::ffi::{c_int, c_void};
 use core::mem::size_of;
@@ -19,6 +22,33 @@ use libc::Elf32_Phdr as Phdr;
 use libc::Elf64_Phdr as Phdr;
 
 const PF_X: u32 = 1;
+
+type Callback = unsafe extern "C" fn(*mut dl_phdr_info, usize, *mut c_void) -> c_int;
+
+/// The one call of `dl_iterate_phdr` (the loader's lock): `cb` runs for each loaded module
+/// with `data` until it returns non-zero. Never called in a quarantined fork child (the lock may
+/// be held by a thread that no longer exists): there it visits nothing and returns 0, and the
+/// callers that must answer anyway check [`quarantine::active`] first.
+///
+/// # Safety
+/// `cb` must treat `data` as the type the caller passes.
+unsafe fn iterate_modules(cb: Callback, data: *mut c_void) -> c_int {
+    if quarantine::active() {
+        return 0;
+    }
+    // The loader's lock is held meanwhile: marked, with bionic's backtrace signal blocked, so
+    // that no thread waits for the loader behind one that an unwinder parked (docs/design.md,
+    // "The signal-33 rule"). Callers on allocation paths are marked already; this costs them
+    // one key read.
+    let _slow = crate::sync::DisabledScope::enter();
+    // SAFETY: forwarded to the caller.
+    unsafe { dl_iterate_phdr(Some(cb), data) }
+}
+
+/// The generation a quarantined child runs under: entries cached under it were computed from
+/// permanent modules only. Real generations have 31 bits; the cache's markers are the top two
+/// values.
+const QUARANTINE_GENERATION: u32 = 0x8000_0000;
 
 /// The program headers of a `dl_iterate_phdr` entry.
 ///
@@ -38,8 +68,12 @@ const COUNTERS_END: usize = core::mem::offset_of!(dl_phdr_info, dlpi_subs) + siz
 
 /// A value that changes whenever a module is loaded or unloaded. Where the loader has
 /// `dlpi_adds`/`dlpi_subs` (glibc, bionic ≥ 11) this costs one callback; elsewhere it is a
-/// fingerprint of the whole module list.
+/// fingerprint of the whole module list. A quarantined fork child cannot ask the loader: its
+/// generation never changes (and matches no entry cached by the parent).
 pub fn generation() -> u32 {
+    if quarantine::active() {
+        return QUARANTINE_GENERATION;
+    }
     struct Gen {
         value: u64,
         fingerprint: bool,
@@ -63,29 +97,41 @@ pub fn generation() -> u32 {
         value: 0,
         fingerprint: false,
     };
-    // SAFETY: the callback matches the expected signature and only touches `g`.
-    unsafe { dl_iterate_phdr(Some(cb), (&raw mut g).cast()) };
+    // SAFETY: the callback only touches `g`.
+    unsafe { iterate_modules(cb, (&raw mut g).cast()) };
     // 31 bits: the top values are the cache's ANY/UNKNOWN markers.
     ((g.value ^ (g.value >> 32)) as u32) & 0x7fff_ffff
 }
 
 /// Code ranges of the modules loaded when `startup` ran: the executable and its dependencies
 /// (bionic loads this library from libc's own initialisation, the glibc front on the first
-/// allocation), which the loaders never unload. Sorted by start; published once.
+/// allocation), which the loaders never unload. Sorted by start; published once. Each range
+/// also names its module (an index into `MODULES`: load base, program headers and their
+/// count), whose tables a quarantined fork child reads without the loader's lock.
 const MAX_PERMANENT: usize = 512;
-static PERMANENT: [[AtomicUsize; 2]; MAX_PERMANENT] =
-    [const { [AtomicUsize::new(0), AtomicUsize::new(0)] }; MAX_PERMANENT];
+const MAX_MODULES: usize = 256;
+static PERMANENT: [[AtomicUsize; 3]; MAX_PERMANENT] =
+    [const { [const { AtomicUsize::new(0) }; 3] }; MAX_PERMANENT];
+static MODULES: [[AtomicUsize; 3]; MAX_MODULES] =
+    [const { [const { AtomicUsize::new(0) }; 3] }; MAX_MODULES];
 static PERMANENT_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 pub fn record_permanent_modules() {
     struct Collect {
-        ranges: [(usize, usize); MAX_PERMANENT],
+        ranges: [(usize, usize, usize); MAX_PERMANENT],
         n: usize,
+        modules: [(usize, usize, usize); MAX_MODULES],
+        m: usize,
     }
     unsafe extern "C" fn cb(info: *mut dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
         // SAFETY: called by dl_iterate_phdr with a valid info and our data pointer.
         let (info, c) = unsafe { (&*info, &mut *data.cast::<Collect>()) };
         let base = info.dlpi_addr as usize;
+        // A module without a slot is left out: its code counts as not permanent.
+        let Some(module) = c.modules.get_mut(c.m) else {
+            return 0;
+        };
+        *module = (base, info.dlpi_phdr as usize, info.dlpi_phnum as usize);
         // SAFETY: inside the callback.
         for p in unsafe { phdrs(info) }
             .iter()
@@ -93,36 +139,69 @@ pub fn record_permanent_modules() {
         {
             if let Some(slot) = c.ranges.get_mut(c.n) {
                 let s = base.wrapping_add(p.p_vaddr as usize);
-                *slot = (s, s.wrapping_add(p.p_memsz as usize));
+                *slot = (s, s.wrapping_add(p.p_memsz as usize), c.m);
                 c.n += 1;
             }
         }
+        c.m += 1;
         0
     }
     if PERMANENT_COUNT.load(Ordering::Acquire) != 0 {
         return;
     }
     let mut c = Collect {
-        ranges: [(0, 0); MAX_PERMANENT],
+        ranges: [(0, 0, 0); MAX_PERMANENT],
         n: 0,
+        modules: [(0, 0, 0); MAX_MODULES],
+        m: 0,
     };
-    // SAFETY: the callback matches the expected signature and only touches `c`.
-    unsafe { dl_iterate_phdr(Some(cb), (&raw mut c).cast()) };
+    // SAFETY: the callback only touches `c`.
+    unsafe { iterate_modules(cb, (&raw mut c).cast()) };
+    for (slot, &(base, phdr, phnum)) in MODULES.iter().zip(c.modules[..c.m].iter()) {
+        slot[0].store(base, Ordering::Relaxed);
+        slot[1].store(phdr, Ordering::Relaxed);
+        slot[2].store(phnum, Ordering::Relaxed);
+    }
     let v = &mut c.ranges[..c.n];
     v.sort_unstable();
-    for (slot, &(s, e)) in PERMANENT.iter().zip(v.iter()) {
+    for (slot, &(s, e, m)) in PERMANENT.iter().zip(v.iter()) {
         slot[0].store(s, Ordering::Relaxed);
         slot[1].store(e, Ordering::Relaxed);
+        slot[2].store(m, Ordering::Relaxed);
     }
     PERMANENT_COUNT.store(c.n, Ordering::Release);
 }
 
-/// Whether `pc` lies in code recorded by `record_permanent_modules`.
-pub fn is_permanent(pc: usize) -> bool {
+/// The recorded range containing `pc`, if any.
+fn permanent_range(pc: usize) -> Option<&'static [AtomicUsize; 3]> {
     let n = PERMANENT_COUNT.load(Ordering::Acquire).min(MAX_PERMANENT);
     let v = &PERMANENT[..n];
     let i = v.partition_point(|r| r[0].load(Ordering::Relaxed) <= pc);
-    i > 0 && pc < v[i - 1][1].load(Ordering::Relaxed)
+    let r = v.get(i.checked_sub(1)?)?;
+    (pc < r[1].load(Ordering::Relaxed)).then_some(r)
+}
+
+/// Whether `pc` lies in code recorded by `record_permanent_modules`.
+pub fn is_permanent(pc: usize) -> bool {
+    permanent_range(pc).is_some()
+}
+
+/// The load base and program headers of the permanent module whose code contains `pc`.
+fn permanent_module(pc: usize) -> Option<(usize, &'static [Phdr])> {
+    let m = MODULES.get(permanent_range(pc)?[2].load(Ordering::Relaxed))?;
+    let (base, phdr, phnum) = (
+        m[0].load(Ordering::Relaxed),
+        m[1].load(Ordering::Relaxed),
+        m[2].load(Ordering::Relaxed),
+    );
+    if phdr == 0 {
+        return Some((base, &[]));
+    }
+    // SAFETY: the headers the loader reported for a module it never unloads (its mapping, or
+    // the loader's copy, lives as long as the process), published before PERMANENT_COUNT.
+    Some((base, unsafe {
+        slice::from_raw_parts(phdr as *const Phdr, phnum)
+    }))
 }
 
 /// The executable segments of the module containing `addr`, as one `[start, end)` range
@@ -163,8 +242,8 @@ pub fn module_code_range(addr: usize) -> Option<(usize, usize)> {
         1
     }
     let mut f = Find { addr, range: None };
-    // SAFETY: the callback matches the expected signature and only touches `f`.
-    unsafe { dl_iterate_phdr(Some(cb), (&raw mut f).cast()) };
+    // SAFETY: the callback only touches `f`.
+    unsafe { iterate_modules(cb, (&raw mut f).cast()) };
     f.range
 }
 
@@ -189,13 +268,30 @@ pub fn lookup(ra: usize) -> Entry {
     if ra == 0 {
         return Entry::End;
     }
+    if quarantine::active() {
+        return quarantined_lookup(ra - 1);
+    }
     let mut s = Search {
         pc: ra - 1,
         result: Entry::End,
     };
-    // SAFETY: the callback matches the expected signature and only touches `s`.
-    unsafe { dl_iterate_phdr(Some(cb), (&raw mut s).cast()) };
+    // SAFETY: the callback only touches `s`.
+    unsafe { iterate_modules(cb, (&raw mut s).cast()) };
     s.result
+}
+
+/// `lookup` in a quarantined fork child: only code recorded at startup has rules; elsewhere the
+/// walk ends (the frames so far are kept). So does a frame that needs the full unwinder, which
+/// would ask the loader.
+pub(super) fn quarantined_lookup(pc: usize) -> Entry {
+    let Some((base, ph)) = permanent_module(pc) else {
+        return Entry::End;
+    };
+    // SAFETY: a permanent module stays mapped for the life of the process.
+    match unsafe { search_phdrs(base, ph, pc) } {
+        Some(Entry::Rule(r)) => Entry::Rule(r),
+        _ => Entry::End,
+    }
 }
 
 /// `None` if `pc` is not in this module; otherwise the rule (or End when the module has no
@@ -204,9 +300,15 @@ pub fn lookup(ra: usize) -> Entry {
 /// # Safety
 /// Must run inside a `dl_iterate_phdr` callback for `info`.
 unsafe fn search_module(info: &dl_phdr_info, pc: usize) -> Option<Entry> {
-    let base = info.dlpi_addr as usize;
-    // SAFETY: forwarded.
-    let ph = unsafe { phdrs(info) };
+    // SAFETY: forwarded (inside the callback, the module stays mapped).
+    unsafe { search_phdrs(info.dlpi_addr as usize, phdrs(info), pc) }
+}
+
+/// `search_module` for the module loaded at `base` with program headers `ph`.
+///
+/// # Safety
+/// The module must stay mapped while this runs.
+unsafe fn search_phdrs(base: usize, ph: &[Phdr], pc: usize) -> Option<Entry> {
     let mut text = None;
     let mut hdr = None;
     let mut dynamic = None;

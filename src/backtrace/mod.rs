@@ -15,6 +15,7 @@ mod cfi;
 mod format;
 pub(crate) mod maps;
 mod memo;
+pub(crate) mod quarantine;
 mod rule;
 #[cfg(all(target_arch = "aarch64", target_os = "android"))]
 mod stack;
@@ -36,9 +37,11 @@ use format::Resolver;
 pub const MAX_FRAMES: usize = 256;
 
 /// Called once from `debug_initialize`: learns this library's code range (its frames are never
-/// recorded) and, on aarch64 Android, the main thread's stack bounds.
+/// recorded) and the modules loaded so far, registers the fork handlers of the loader
+/// quarantine (quarantine.rs) and, on aarch64 Android, learns the main thread's stack bounds.
 pub fn startup() {
     cfi::record_permanent_modules();
+    quarantine::register();
     if let Some((start, end)) = cfi::module_code_range(capture as *const () as usize) {
         walk::OWN_START.store(start, Ordering::Relaxed);
         walk::OWN_END.store(end, Ordering::Relaxed);

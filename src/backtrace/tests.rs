@@ -319,6 +319,41 @@ fn generation_changes_on_dlopen_and_dlclose() {
 }
 
 #[test]
+fn quarantined_lookup_knows_startup_code_only() {
+    cfi::record_permanent_modules();
+    // Code recorded at startup: the same rule as through the loader.
+    let ra = level1 as *const () as usize + 1;
+    assert!(matches!(cfi::lookup(ra), rule::Entry::Rule(_)));
+    assert_eq!(cfi::quarantined_lookup(ra - 1), cfi::lookup(ra));
+    // Code loaded later: the walk ends there.
+    // SAFETY: loading and unloading a plain system library.
+    let h = unsafe {
+        libc::dlopen(
+            c"libresolv.so.2".as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_LOCAL,
+        )
+    };
+    if h.is_null() {
+        return; // not on this system
+    }
+    // The library's code, found from its dynamic section (its functions may live in libc).
+    let mut map: *mut libc::c_void = core::ptr::null_mut();
+    // SAFETY: RTLD_DI_LINKMAP stores a `struct link_map *` (whose third word is l_ld).
+    let l_ld = unsafe {
+        assert_eq!(
+            libc::dlinfo(h, libc::RTLD_DI_LINKMAP, (&raw mut map).cast()),
+            0
+        );
+        *map.cast::<usize>().add(2)
+    };
+    let (code, _) = cfi::module_code_range(l_ld).expect("libresolv's code");
+    assert!(!cfi::is_permanent(code));
+    assert_eq!(cfi::quarantined_lookup(code), rule::Entry::End);
+    // SAFETY: handle from dlopen above.
+    unsafe { libc::dlclose(h) };
+}
+
+#[test]
 fn permanent_modules_cover_startup_code() {
     cfi::record_permanent_modules();
     assert!(cfi::is_permanent(level1 as *const () as usize));

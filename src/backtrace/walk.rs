@@ -209,7 +209,9 @@ fn step(
     };
     let kind = p.0 as u32 & KIND_MASK;
     if kind != KIND_RULE {
-        return if kind == KIND_END {
+        // The full unwinder asks the loader, which a quarantined fork child must not: its walk
+        // ends here (an entry the parent cached).
+        return if kind == KIND_END || super::quarantine::active() {
             Step::End
         } else {
             Step::Unsupported
@@ -346,7 +348,8 @@ pub fn full_walk(frames: &mut [usize]) -> usize {
         skip: 2,
         steps: 0,
     };
-    if st.sink.is_full() {
+    // The unwinder finds modules through the loader: not in a quarantined fork child.
+    if st.sink.is_full() || super::quarantine::active() {
         return 0;
     }
     // The unwinder walks the loaded modules through libc: marked, like every other path of an

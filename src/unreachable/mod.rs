@@ -2,7 +2,8 @@
 //! looks for heap blocks that nothing references any more, and logs them in the layout of
 //! libmemunreachable's `LogUnreachableMemory` (which the reference calls). The walk itself runs
 //! in a forked child (scan.rs) so the process is stopped only for the fork; the calling thread
-//! waits for the child's answer on a pipe.
+//! waits for the child's answer on a pipe. The child also lists the live blocks (`live_blocks`),
+//! from the table it inherited: list and memory image are of the same instant.
 
 mod report;
 mod scan;
@@ -50,8 +51,9 @@ pub fn check(state: &State) {
 }
 
 fn run(state: &State) -> Option<()> {
-    let mut snapshot = Snapshot::take_unsorted()?;
-    snapshot.sort_by_address();
+    // The backtrace records of the blocks the child reports must outlive their logging here,
+    // though the blocks may be freed meanwhile.
+    let _pin = crate::tracking::pin_records();
     // Callee-saved registers of this thread go to its stack, which the child scans from here up.
     let mut spilled = [0usize; 16];
     spill_registers(&mut spilled);
@@ -70,18 +72,19 @@ fn run(state: &State) -> Option<()> {
     if pid == 0 {
         // SAFETY: the child's copies of the descriptors.
         unsafe { libc::close(read_fd) };
-        let ok = scan::run(
-            snapshot.records(),
-            stack_from,
-            |r| allocator_marker(state, r.pointer),
-            |bytes| write_all(write_fd, bytes),
-        );
+        let ok = live_blocks().and_then(|snapshot| {
+            scan::run(
+                snapshot.records(),
+                stack_from,
+                |r| allocator_marker(state, r.pointer),
+                |bytes| write_all(write_fd, bytes),
+            )
+        });
         // SAFETY: leave the child without running the parent's exit handlers.
         unsafe { libc::_exit(if ok.is_some() { 0 } else { 1 }) };
     }
     // SAFETY: the parent's write end; the child holds its own copy.
     unsafe { libc::close(write_fd) };
-    drop(snapshot);
     let result = if pid > 0 {
         report::receive_and_log(state, read_fd)
     } else {
@@ -98,6 +101,19 @@ fn run(state: &State) -> Option<()> {
         }
     }
     result
+}
+
+/// The blocks to check, sorted by address: the live table as the child inherited it, which is
+/// the table at the instant of the fork. The memory image is of that same instant, so a block
+/// listed here had not been freed in it: a free takes the block out of the table before the
+/// native allocator gets it back, and an allocation enters the table after the native one
+/// (src/alloc.rs). A copy taken before the fork would list blocks other threads free before
+/// it, which no one references any more. The one coupling to the table: `Snapshot` walks it
+/// with `for_each`, here in a single-threaded child where the fork handlers released its locks.
+fn live_blocks() -> Option<Snapshot> {
+    let mut snapshot = Snapshot::take_unsorted()?;
+    snapshot.sort_by_address();
+    Some(snapshot)
 }
 
 /// Where glibc's bookkeeping may point inside the block at `pointer`: the header of the next
