@@ -1,4 +1,4 @@
-//! What differs between Android (bionic) and a glibc host: the program name, the log sink,
+//! What differs between Android (bionic) and a glibc host: the program name,
 //! thread ids, default output directories. Everything here is allocation-free.
 
 use core::ffi::{c_char, c_int};
@@ -105,17 +105,6 @@ impl Priority {
             Priority::Error => b'E',
         }
     }
-}
-
-/// Sends one log record to the Android log. Returns false when liblog refused it (no logd,
-/// for example), so the caller can fall back to stderr.
-#[cfg(target_os = "android")]
-pub fn android_log(prio: Priority, tag: &core::ffi::CStr, msg: *const c_char) -> bool {
-    unsafe extern "C" {
-        fn __android_log_write(prio: c_int, tag: *const c_char, msg: *const c_char) -> c_int;
-    }
-    // SAFETY: tag and msg are NUL-terminated; liblog's writer does not allocate.
-    unsafe { __android_log_write(prio as c_int, tag.as_ptr(), msg) >= 0 }
 }
 
 /// Realtime clock as (seconds, nanoseconds) since the epoch.

@@ -1,9 +1,11 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
- * Usage: malloc_test [leak|bugs|fork]
+ * Usage: malloc_test [leak|bugs|fork|leaks N]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free, prints one line per
  * check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that libc's
  * exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation is
- * left live (for leak_track). With "fork", see fork_test. Prototypes are declared by hand: no
+ * left live (for leak_track). With "leaks N", N blocks of 1..N bytes are left live and fds 0-2
+ * are closed before exit, as some programs (and some libcs) do before debug_finalize runs: the
+ * exit-time records must still reach the log. With "fork", see fork_test. Prototypes are declared by hand: no
  * bionic headers here. */
 
 typedef unsigned long size_t;
@@ -26,6 +28,7 @@ extern int waitpid(int pid, int* status, int options);
 extern int kill(int pid, int sig);
 extern int usleep(unsigned int usec);
 extern void _exit(int status) __attribute__((noreturn));
+extern int close(int fd);
 
 static int failures;
 
@@ -154,6 +157,19 @@ int main(int argc, char** argv, char** envp) {
   }
 
   if (argc > 1 && strcmp(argv[1], "fork") == 0) fork_test();
+
+  if (argc > 2 && strcmp(argv[1], "leaks") == 0) {
+    int n = 0;
+    for (const char* c = argv[2]; *c >= '0' && *c <= '9'; c++) n = n * 10 + (*c - '0');
+    int all_ok = 1;
+    for (int i = 1; i <= n; i++) all_ok = all_ok && malloc((size_t)i) != 0;
+    check("leaked blocks", all_ok);
+    dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
+    close(0);
+    close(1);
+    close(2);
+    exit(failures == 0 ? 0 : 1);
+  }
 
   dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
   exit(failures == 0 ? 0 : 1);
