@@ -79,6 +79,17 @@ pub fn set_errno(value: c_int) {
     unsafe { *errno_location() = value }
 }
 
+/// Runs `f` and puts errno back as it was: for internal work that makes system calls (files,
+/// dumps, reports, the signal-driven work) inside calls that succeed, which must leave errno
+/// alone (README "Differences from the reference").
+#[inline]
+pub fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
+    let saved = errno();
+    let result = f();
+    set_errno(saved);
+    result
+}
+
 #[cfg(target_os = "android")]
 unsafe fn errno_location() -> *mut c_int {
     // SAFETY: no preconditions.
