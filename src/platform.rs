@@ -40,9 +40,15 @@ pub fn getpid() -> i32 {
 }
 
 pub fn gettid() -> i32 {
+    // SAFETY: no preconditions; bionic caches the tid (no system call per log record).
+    #[cfg(target_os = "android")]
+    return unsafe { libc::gettid() };
     // SAFETY: the raw syscall has no preconditions and cannot fail; libc's wrapper is not
     // available on every glibc we build against.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+    #[cfg(not(target_os = "android"))]
+    unsafe {
+        libc::syscall(libc::SYS_gettid) as i32
+    }
 }
 
 /// Writes all of `bytes` to fd 2, retrying on EINTR and short writes; errors are ignored (there

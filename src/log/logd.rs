@@ -85,8 +85,7 @@ pub fn send(path: &[u8], prio: u8, tag: &[u8], msg: &[u8]) -> Sent {
         return Sent::NoLogd;
     };
     let (secs, nanos) = crate::platform::realtime();
-    let mut head = header(crate::platform::gettid(), secs, nanos);
-    let mut prio = prio;
+    let head = header(crate::platform::gettid(), secs, nanos);
     let msg = &msg[..message_room(tag, msg)];
     let nul = 0u8;
     let parts: [&[u8]; 6] = [
@@ -101,7 +100,6 @@ pub fn send(path: &[u8], prio: u8, tag: &[u8], msg: &[u8]) -> Sent {
         iov_base: p.as_ptr().cast_mut().cast(),
         iov_len: p.len(),
     });
-    let _ = (&mut head, &mut prio);
     // SAFETY: an all-zero msghdr is a valid empty message.
     let mut hdr: libc::msghdr = unsafe { core::mem::zeroed() };
     hdr.msg_name = (&addr as *const libc::sockaddr_un).cast_mut().cast();
