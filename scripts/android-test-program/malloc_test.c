@@ -1,11 +1,11 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
- * Usage: malloc_test [leak|bugs|fork|leaks N]
+ * Usage: malloc_test [leak|bugs|fork|leaks N|errno]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free, prints one line per
  * check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that libc's
  * exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation is
  * left live (for leak_track). With "leaks N", N blocks of 1..N bytes are left live and fds 0-2
  * are closed before exit, as some programs (and some libcs) do before debug_finalize runs: the
- * exit-time records must still reach the log. With "fork", see fork_test. Prototypes are declared by hand: no
+ * exit-time records must still reach the log. With "errno", see errno_test. With "fork", see fork_test. Prototypes are declared by hand: no
  * bionic headers here. */
 
 typedef unsigned long size_t;
@@ -29,6 +29,7 @@ extern int kill(int pid, int sig);
 extern int usleep(unsigned int usec);
 extern void _exit(int status) __attribute__((noreturn));
 extern int close(int fd);
+extern int* __errno(void);
 
 static int failures;
 
@@ -99,6 +100,33 @@ static void fork_test(void) {
   dprintf(1, "forks %d hung %d\n", reaped, hung);
 }
 
+// 20,000 live blocks (every table grows), then freed, each call made with errno set to a
+// sentinel: a call that succeeds must leave it. Prints "errno kept in N calls, clobbered in M".
+static void errno_test(void) {
+  enum { N = 20000, SENTINEL = 12345 };
+  static void* blocks[N];
+  int calls = 0, clobbered = 0;
+  for (int i = 0; i < N; i++) {
+    *__errno() = SENTINEL;
+    blocks[i] = (i % 3 == 0) ? calloc(1, (size_t)(16 + i % 500)) : malloc((size_t)(16 + i % 500));
+    calls++;
+    if (*__errno() != SENTINEL) clobbered++;
+    if (i % 2 == 0) {
+      *__errno() = SENTINEL;
+      blocks[i] = realloc(blocks[i], (size_t)(32 + i % 900));
+      calls++;
+      if (*__errno() != SENTINEL) clobbered++;
+    }
+  }
+  for (int i = 0; i < N; i++) {
+    *__errno() = SENTINEL;
+    free(blocks[i]);
+    calls++;
+    if (*__errno() != SENTINEL) clobbered++;
+  }
+  dprintf(1, "errno kept in %d calls, clobbered in %d\n", calls - clobbered, clobbered);
+}
+
 static void check(const char* what, int ok) {
   dprintf(1, "%s: %s\n", what, ok ? "ok" : "FAILED");
   if (!ok) failures++;
@@ -157,6 +185,7 @@ int main(int argc, char** argv, char** envp) {
   }
 
   if (argc > 1 && strcmp(argv[1], "fork") == 0) fork_test();
+  if (argc > 1 && strcmp(argv[1], "errno") == 0) errno_test();
 
   if (argc > 2 && strcmp(argv[1], "leaks") == 0) {
     int n = 0;
