@@ -10,7 +10,8 @@
 //! Scenarios: `verbose` through the LD_LIBRARY_PATH fallback (the exact INFO line
 //! `malloc_debug: malloc_test: malloc debug enabled`), the com_android_runtime namespace path
 //! (Android 11 roots), a bad option (libc's `failed to enable malloc debug`), and the library's
-//! imports checked against the root's own libc/libdl/liblog.
+//! imports checked against the root's own libc/libdl/liblog; an exit leak report through the
+//! root's real logd and logcat (`--real-logd`), and errno across 50,000 successful calls.
 
 use std::collections::BTreeSet;
 use std::fs;
