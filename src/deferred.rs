@@ -25,7 +25,8 @@ pub fn on_entry(state: &State) {
 #[inline(never)]
 fn check_unreachable(state: &State) {
     let _foreign = crate::sync::DisabledScope::enter();
-    crate::unreachable::check(state);
+    // Inside an allocation call that succeeds: errno stays the caller's.
+    crate::platform::keeping_errno(|| crate::unreachable::check(state));
 }
 
 #[inline]
@@ -33,14 +34,14 @@ pub fn on_internal_malloc_or_free(state: &State) {
     if state.has(bits::BACKTRACE) && DUMP_PENDING.load(Ordering::Relaxed) {
         // One signal, one dump: only the thread that clears the flag dumps.
         if DUMP_PENDING.swap(false, Ordering::AcqRel) {
-            crate::report::dump_heap_on_signal(state);
+            crate::platform::keeping_errno(|| crate::report::dump_heap_on_signal(state));
         }
     }
     if state.has(bits::LOG_ALLOCATOR_STATS_ON_SIGNAL)
         && STATS_PENDING.load(Ordering::Relaxed)
         && STATS_PENDING.swap(false, Ordering::AcqRel)
     {
-        log_allocator_stats(state);
+        crate::platform::keeping_errno(|| log_allocator_stats(state));
     }
 }
 

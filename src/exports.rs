@@ -12,6 +12,7 @@ use crate::config::bits;
 use crate::dispatch::{IterateCallback, LibcDispatch, M_PURGE_ALL, Mallinfo, MallocDispatch};
 use crate::entry::{self, Entered};
 use crate::log::log_error;
+use crate::platform::{self, keeping_errno};
 use crate::state;
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::null_mut;
@@ -29,12 +30,12 @@ pub unsafe extern "C" fn debug_initialize(
     options: *const c_char,
 ) -> bool {
     // SAFETY: forwarded contract of debug_initialize (see state::initialize).
-    unsafe { state::initialize(dispatch, zygote_child.cast::<u8>(), options) }
+    keeping_errno(|| unsafe { state::initialize(dispatch, zygote_child.cast::<u8>(), options) })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_finalize() {
-    state::finalize();
+    keeping_errno(state::finalize);
 }
 
 #[unsafe(no_mangle)]
@@ -199,7 +200,14 @@ pub unsafe extern "C" fn debug_mallopt(param: c_int, value: c_int) -> c_int {
 pub unsafe extern "C" fn debug_malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
     let cx = entry::enter();
     match cx {
-        Some(cx) if cx.state.has(bits::TRACK_ALLOCS) => crate::report::malloc_info(&cx, fp),
+        Some(cx) if cx.state.has(bits::TRACK_ALLOCS) => {
+            let saved = platform::errno();
+            let rc = crate::report::malloc_info(&cx, fp);
+            if rc == 0 {
+                platform::set_errno(saved);
+            }
+            rc
+        }
         // SAFETY: native allocator call; `malloc_info` is read only here because Android 9's
         // dispatch table has no such field (callers there never reach this function).
         _ => native().map_or(-1, |d| unsafe { (d.malloc_info)(options, fp) }),
@@ -215,6 +223,7 @@ pub unsafe extern "C" fn debug_malloc_iterate(
 ) -> c_int {
     match entry::enter_gate_only() {
         Some((state, _gate)) if state.has(bits::TRACK_ALLOCS) => {
+            // The callback's own errno changes are the caller's.
             crate::iterate::malloc_iterate(state, callback, arg)
         }
         // SAFETY: native allocator call with the caller's arguments.
@@ -273,7 +282,7 @@ pub unsafe extern "C" fn debug_malloc_backtrace(
         return 0;
     }
     let Some(cx) = entry::enter() else { return 0 };
-    crate::report::malloc_backtrace(&cx, pointer, frames, max_frames)
+    keeping_errno(|| crate::report::malloc_backtrace(&cx, pointer, frames, max_frames))
 }
 
 #[unsafe(no_mangle)]
@@ -304,7 +313,7 @@ pub unsafe extern "C" fn debug_get_malloc_leak_info(
             backtrace_size: &mut *backtrace_size,
         }
     };
-    crate::report::get_malloc_leak_info(&cx, out);
+    keeping_errno(|| crate::report::get_malloc_leak_info(&cx, out));
 }
 
 #[unsafe(no_mangle)]
@@ -327,7 +336,12 @@ pub unsafe extern "C" fn debug_write_malloc_leak_info(fp: *mut libc::FILE) -> bo
     let Some(cx) = entry::enter() else {
         return false;
     };
-    crate::report::write_malloc_leak_info(&cx, fp)
+    let saved = platform::errno();
+    let written = crate::report::write_malloc_leak_info(&cx, fp);
+    if written {
+        platform::set_errno(saved);
+    }
+    written
 }
 
 #[unsafe(no_mangle)]
@@ -340,5 +354,5 @@ pub unsafe extern "C" fn debug_dump_heap(file_name: *const c_char) {
     }
     // SAFETY: the caller passes a NUL-terminated path.
     let name = unsafe { crate::fmt::c_str_bytes(file_name) };
-    crate::report::dump_heap(&cx, name);
+    keeping_errno(|| crate::report::dump_heap(&cx, name));
 }

@@ -13,6 +13,10 @@ pub fn report(state: &State) {
     };
     let records = snapshot.records();
     let total = records.len();
+    // Large writes instead of one per line on the host (docs/performance.md, "Exit reports").
+    let _batch = crate::log::Batch::begin();
+    // One symbol resolver (one maps read) for the whole report, not one per leak.
+    let _symbols = crate::backtrace::ResolverScope::begin();
     for (i, r) in records.iter().enumerate() {
         log_error!(
             "+++ {} leaked block of size {} at 0x{:x} (leak {} of {})",

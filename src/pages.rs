@@ -3,10 +3,19 @@
 //! native allocator (whose own lock a caller of malloc may hold while we grow).
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// Maps `bytes` of zeroed read-write memory, rounded up to whole pages.
+/// Maps `bytes` of zeroed read-write memory, rounded up to whole pages. errno is left as it was
+/// whatever happens: internal memory is not the caller's business, and a caller that fails for
+/// want of it says so itself.
 pub fn map(bytes: usize) -> Option<NonNull<u8>> {
+    let saved = crate::platform::errno();
+    let p = map_pages(bytes);
+    crate::platform::set_errno(saved);
+    p
+}
+
+fn map_pages(bytes: usize) -> Option<NonNull<u8>> {
     let len = round_to_pages(bytes)?;
     // SAFETY: anonymous private mapping; no existing memory is affected.
     let p = unsafe {
@@ -34,8 +43,10 @@ pub fn map(bytes: usize) -> Option<NonNull<u8>> {
 pub unsafe fn unmap(p: NonNull<u8>, bytes: usize) {
     if let Some(len) = round_to_pages(bytes) {
         unregister(p.as_ptr() as usize);
+        let saved = crate::platform::errno();
         // SAFETY: forwarded: the range is exactly a mapping we created.
         unsafe { libc::munmap(p.as_ptr().cast(), len) };
+        crate::platform::set_errno(saved);
     }
 }
 
@@ -88,22 +99,26 @@ fn round_to_pages(bytes: usize) -> Option<usize> {
 }
 
 /// Names the mapping `[anon:malloc_debug]` in /proc/PID/maps where the kernel supports it, so
-/// the library's own memory is easy to tell apart (and libmemunreachable skips it).
+/// the library's own memory is easy to tell apart (and libmemunreachable skips it). Kernels
+/// without CONFIG_ANON_VMA_NAME answer EINVAL; after that the call is not made again.
 fn name_mapping(p: *mut libc::c_void, len: usize) {
     const PR_SET_VMA: libc::c_int = 0x53564d41;
     const PR_SET_VMA_ANON_NAME: libc::c_ulong = 0;
-    // A kernel without CONFIG_ANON_VMA_NAME answers EINVAL, which must not reach the caller of
-    // the allocation that mapped the page (an exported call that succeeds keeps errno).
-    let saved = crate::platform::errno();
-    // SAFETY: prctl only reads the name; failure (old kernels) is harmless.
-    unsafe {
+    static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+    if UNSUPPORTED.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: prctl only reads the name; failure is harmless (errno is restored by `map`).
+    let rc = unsafe {
         libc::prctl(
             PR_SET_VMA,
             PR_SET_VMA_ANON_NAME,
             p,
             len,
             c"malloc_debug".as_ptr(),
-        );
+        )
+    };
+    if rc != 0 && crate::platform::errno() == libc::EINVAL {
+        UNSUPPORTED.store(true, Ordering::Relaxed);
     }
-    crate::platform::set_errno(saved);
 }

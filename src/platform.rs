@@ -1,4 +1,4 @@
-//! What differs between Android (bionic) and a glibc host: the program name, the log sink,
+//! What differs between Android (bionic) and a glibc host: the program name,
 //! thread ids, default output directories. Everything here is allocation-free.
 
 use core::ffi::{c_char, c_int};
@@ -40,9 +40,15 @@ pub fn getpid() -> i32 {
 }
 
 pub fn gettid() -> i32 {
+    // SAFETY: no preconditions; bionic caches the tid (no system call per log record).
+    #[cfg(target_os = "android")]
+    return unsafe { libc::gettid() };
     // SAFETY: the raw syscall has no preconditions and cannot fail; libc's wrapper is not
     // available on every glibc we build against.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+    #[cfg(not(target_os = "android"))]
+    unsafe {
+        libc::syscall(libc::SYS_gettid) as i32
+    }
 }
 
 /// Writes all of `bytes` to fd 2, retrying on EINTR and short writes; errors are ignored (there
@@ -79,6 +85,17 @@ pub fn set_errno(value: c_int) {
     unsafe { *errno_location() = value }
 }
 
+/// Runs `f` and puts errno back as it was: for internal work that makes system calls (files,
+/// dumps, reports, the signal-driven work) inside calls that succeed, which must leave errno
+/// alone (README "Differences from the reference").
+#[inline]
+pub fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
+    let saved = errno();
+    let result = f();
+    set_errno(saved);
+    result
+}
+
 #[cfg(target_os = "android")]
 unsafe fn errno_location() -> *mut c_int {
     // SAFETY: no preconditions.
@@ -105,17 +122,6 @@ impl Priority {
             Priority::Error => b'E',
         }
     }
-}
-
-/// Sends one log record to the Android log. Returns false when liblog refused it (no logd,
-/// for example), so the caller can fall back to stderr.
-#[cfg(target_os = "android")]
-pub fn android_log(prio: Priority, tag: &core::ffi::CStr, msg: *const c_char) -> bool {
-    unsafe extern "C" {
-        fn __android_log_write(prio: c_int, tag: *const c_char, msg: *const c_char) -> c_int;
-    }
-    // SAFETY: tag and msg are NUL-terminated; liblog's writer does not allocate.
-    unsafe { __android_log_write(prio as c_int, tag.as_ptr(), msg) >= 0 }
 }
 
 /// Realtime clock as (seconds, nanoseconds) since the epoch.

@@ -156,7 +156,10 @@ fn read_foreign_u32(address: usize) -> Option<u32> {
         iov_len: 4,
     };
     // SAFETY: the kernel copies from our own address space and reports EFAULT instead of
-    // faulting; `local` points at a live u32.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    // faulting; `local` points at a live u32. A failed read is an answer here, not the caller's
+    // error: errno stays as it was.
+    let n = crate::platform::keeping_errno(|| unsafe {
+        libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0)
+    });
     (n == 4).then_some(value)
 }

@@ -2,7 +2,7 @@
 //! and the Soong module (Android.bp) kept in step with Cargo.toml.
 //!
 //! For each Android target the built `libc_malloc_debug.so` must: need exactly bionic's
-//! `libc.so`, `libdl.so` and `liblog.so` (nothing from glibc, no `GLIBC_*` versions), be named
+//! `libc.so` and `libdl.so` (not liblog: the log sink writes logd's socket itself; nothing from glibc, no `GLIBC_*` versions), be named
 //! `libc_malloc_debug.so`, export exactly the `debug_*` ABI (spec abi-and-dumps §1.5, 64-bit, plus
 //! Android 9's `debug_iterate` and Android 17's `debug_reallocarray`), import only what the stub
 //! lists declare (bionic's names), and have every LOAD segment aligned for 16 KiB pages.
@@ -186,7 +186,7 @@ fn needs_exactly_bionic_libraries() {
         let needed: BTreeSet<String> = dynamic_entries(so, "NEEDED").into_iter().collect();
         assert_eq!(
             needed,
-            set(&["libc.so", "libdl.so", "liblog.so"]),
+            set(&["libc.so", "libdl.so"]),
             "{target}: NEEDED of {}",
             so.display()
         );

@@ -1,11 +1,13 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
- * Usage: malloc_test [leak|bugs|fork|fork-dlopen|park|unwind]
+ * Usage: malloc_test [leak|bugs|fork|fork-dlopen|park|unwind|leaks N|errno]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free/mallopt, prints one
  * line per check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that
  * libc's exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation
- * is left live (for leak_track). With "fork", see fork_test; "fork-dlopen", fork_dlopen_test;
- * "park" and "unwind", park_test and unwind_test. Prototypes are declared by hand: no
- * bionic headers here. */
+ * is left live (for leak_track). With "leaks N", N blocks of 1..N bytes are left live and fds 0-2
+ * are closed before exit, as some programs (and some libcs) do before debug_finalize runs: the
+ * exit-time records must still reach the log. With "errno", see errno_test; "fork", fork_test;
+ * "fork-dlopen", fork_dlopen_test; "park" and "unwind", park_test and unwind_test. Prototypes
+ * are declared by hand: no bionic headers here. */
 
 typedef unsigned long size_t;
 
@@ -38,6 +40,8 @@ typedef void (*sighandler_t)(int);
 extern sighandler_t signal(int sig, sighandler_t handler);
 struct timespec_ { long tv_sec; long tv_nsec; };
 extern int clock_gettime(int clock, struct timespec_* ts);
+extern int close(int fd);
+extern int* __errno(void);
 
 static int failures;
 static void check(const char* what, int ok);
@@ -321,6 +325,33 @@ static void fork_dlopen_test(void) {
   dprintf(1, "dlopen forks %d hung %d\n", N, hung);
 }
 
+// 20,000 live blocks (every table grows), then freed, each call made with errno set to a
+// sentinel: a call that succeeds must leave it. Prints "errno kept in N calls, clobbered in M".
+static void errno_test(void) {
+  enum { N = 20000, SENTINEL = 12345 };
+  static void* blocks[N];
+  int calls = 0, clobbered = 0;
+  for (int i = 0; i < N; i++) {
+    *__errno() = SENTINEL;
+    blocks[i] = (i % 3 == 0) ? calloc(1, (size_t)(16 + i % 500)) : malloc((size_t)(16 + i % 500));
+    calls++;
+    if (*__errno() != SENTINEL) clobbered++;
+    if (i % 2 == 0) {
+      *__errno() = SENTINEL;
+      blocks[i] = realloc(blocks[i], (size_t)(32 + i % 900));
+      calls++;
+      if (*__errno() != SENTINEL) clobbered++;
+    }
+  }
+  for (int i = 0; i < N; i++) {
+    *__errno() = SENTINEL;
+    free(blocks[i]);
+    calls++;
+    if (*__errno() != SENTINEL) clobbered++;
+  }
+  dprintf(1, "errno kept in %d calls, clobbered in %d\n", calls - clobbered, clobbered);
+}
+
 static void check(const char* what, int ok) {
   dprintf(1, "%s: %s\n", what, ok ? "ok" : "FAILED");
   if (!ok) failures++;
@@ -387,6 +418,20 @@ int main(int argc, char** argv, char** envp) {
   if (argc > 1 && strcmp(argv[1], "park") == 0) park_test(200);
   if (argc > 1 && strcmp(argv[1], "unwind") == 0) unwind_test(1000);
   if (argc > 1 && strcmp(argv[1], "fork-dlopen") == 0) fork_dlopen_test();
+  if (argc > 1 && strcmp(argv[1], "errno") == 0) errno_test();
+
+  if (argc > 2 && strcmp(argv[1], "leaks") == 0) {
+    int n = 0;
+    for (const char* c = argv[2]; *c >= '0' && *c <= '9'; c++) n = n * 10 + (*c - '0');
+    int all_ok = 1;
+    for (int i = 1; i <= n; i++) all_ok = all_ok && malloc((size_t)i) != 0;
+    check("leaked blocks", all_ok);
+    dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
+    close(0);
+    close(1);
+    close(2);
+    exit(failures == 0 ? 0 : 1);
+  }
 
   dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
   exit(failures == 0 ? 0 : 1);

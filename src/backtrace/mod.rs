@@ -16,6 +16,7 @@ mod format;
 pub(crate) mod maps;
 mod memo;
 pub(crate) mod quarantine;
+mod report_scope;
 mod rule;
 #[cfg(all(target_arch = "aarch64", target_os = "android"))]
 mod stack;
@@ -27,6 +28,7 @@ mod walk;
 #[cfg(test)]
 mod tests;
 
+pub use report_scope::ResolverScope;
 pub use table::BacktraceTable;
 
 use crate::platform::Priority;
@@ -121,17 +123,19 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> usize {
 /// The fast-path block (abi §7.5): ERROR records, normally one (a block longer than a log
 /// record is split at line boundaries).
 pub fn log_frames(frames: &[usize]) {
-    let mut res = symbols::LiveResolver::new();
-    format::fast_block(frames, &mut res, &mut |rec| {
-        crate::log::write_record(Priority::Error, TAG, rec)
+    report_scope::with_resolver(frames, |res| {
+        format::fast_block(frames, res, &mut |rec| {
+            crate::log::write_record(Priority::Error, TAG, rec)
+        })
     });
 }
 
 /// The `backtrace_full` format (abi §7.6): one ERROR record per frame.
 pub fn log_frames_full(frames: &[usize]) {
-    let mut res = symbols::LiveResolver::new();
-    format::full_block(frames, &mut res, &mut |rec| {
-        crate::log::write_record(Priority::Error, TAG, rec)
+    report_scope::with_resolver(frames, |res| {
+        format::full_block(frames, res, &mut |rec| {
+            crate::log::write_record(Priority::Error, TAG, rec)
+        })
     });
 }
 

@@ -68,7 +68,8 @@ fn begin_recording(state: &State) -> Option<Pending> {
     if RECORD_DUMP_PENDING.load(Ordering::Relaxed)
         && RECORD_DUMP_PENDING.swap(false, Ordering::AcqRel)
     {
-        write_on_signal(state);
+        // Inside an allocation call that succeeds: errno stays the caller's.
+        crate::platform::keeping_errno(|| write_on_signal(state));
     }
     thread::note_thread();
     let slot = BUFFER.reserve();

@@ -42,6 +42,8 @@ pub fn bytes(pointer: usize, len: usize) -> i64 {
     if len == 0 || fd < 0 {
         return -1;
     }
+    // A failed read is logged, not the caller's error (this runs inside frees and reallocs).
+    let saved_errno = crate::platform::errno();
     let page = crate::platform::page_size();
     let end = pointer + len;
     let first = pointer / page;
@@ -65,6 +67,7 @@ pub fn bytes(pointer: usize, len: usize) -> i64 {
                 "Failed to read page data: {}",
                 crate::errors::strerror(crate::platform::errno())
             );
+            crate::platform::set_errno(saved_errno);
             return -1;
         }
         let read = got as usize / 8;
