@@ -1,56 +1,62 @@
-//! The record file (spec §7.3, §7.5): one text line per filled entry, written whole under a
-//! temporary name and renamed into place.
+//! The record file (spec §7.3, §7.5): one text line per published entry, written whole under a
+//! temporary name and renamed into place (src/output.rs). Runs in the SIGRTMAX-18 handler, so it
+//! allocates nothing, takes no lock and keeps its stack small; `super::writer` lets one write
+//! run at a time.
 
 use super::buffer::{BUFFER, Entry, Kind, kind_of};
 use crate::errors::strerror;
 use crate::fmt::{Bytes, StackBuf};
 use crate::log::{log_error, log_info};
-use crate::output::{FdWriter, OutputFile};
+use crate::output::{BufWriter, OutputFile};
 use crate::platform;
-use crate::state::State;
 use core::fmt::Write;
 
-pub fn write_file(_state: &State, file: &[u8], at_exit: bool) {
-    let entries = BUFFER.begin_write();
-    if entries.is_empty() {
+/// Writes the pending entries to `file` followed by `suffix`. A file that cannot be created or
+/// put in place is reported with the reference's message and its entries are kept for a later
+/// write (spec §7.5); so are entries still being filled by their calls.
+pub fn write_file(file: &[u8], suffix: &[u8]) {
+    let batch = BUFFER.pending();
+    // Entries that are all still being filled (or abandoned) would make an empty file that
+    // replaces the last one: they wait for the next write instead.
+    if !BUFFER.has_published(batch) {
         log_info!("No alloc entries to write.");
-        BUFFER.end_write(false);
         return;
     }
-    let mut path = StackBuf::<4200>::new();
-    path.push_bytes(file);
-    if at_exit {
-        let _ = write!(path, ".{}", platform::getpid());
-    }
-    let Some(out) = OutputFile::create(path.as_bytes(), 0o755) else {
+    let cannot_create = |errno: i32| {
         log_error!(
-            "Cannot create record alloc file {}: {}",
-            Bytes(path.as_bytes()),
-            strerror(platform::errno())
+            "Cannot create record alloc file {}{}: {}",
+            Bytes(file),
+            Bytes(suffix),
+            strerror(errno)
         );
-        // Kept: a later dump can still write them.
-        BUFFER.end_write(false);
-        return;
     };
-    let mut w = FdWriter::new(out.fd());
-    for e in entries {
+    let out = match OutputFile::open(file, suffix, 0o755) {
+        Ok(out) => out,
+        Err(errno) => return cannot_create(errno),
+    };
+    let mut w = BufWriter::<2048>::new(out.fd());
+    BUFFER.write_published(batch, |e| {
         let mut line = StackBuf::<256>::new();
         if format_line(e, &mut line) {
             w.write_bytes(line.as_bytes());
         }
-    }
-    let ok = w.flush();
-    if !ok {
+        w.ok()
+    });
+    let written = w.flush();
+    if !written {
         log_error!(
             "Failed to write record alloc information: {}",
             strerror(platform::errno())
         );
     }
-    out.commit(ok);
-    BUFFER.end_write(true);
+    let placed = out.place(written);
+    if let (true, Err(errno)) = (written, placed) {
+        cannot_create(errno);
+    }
+    BUFFER.end_write(batch, placed.is_ok());
 }
 
-/// One entry's line, `\n` included; false for a reserved entry that was never filled.
+/// One entry's line, `\n` included; false for an entry of no known kind.
 pub fn format_line(e: &Entry, out: &mut impl Write) -> bool {
     let Some(kind) = kind_of(e) else {
         return false;
@@ -101,7 +107,7 @@ mod tests {
     fn line(kind: Kind, ptr: u64, size: u64, u: u64, present: i64, s: u64, e: u64) -> String {
         let entry = Entry {
             tid: 186,
-            kind: kind as u8 + 1,
+            kind: kind as u8,
             ptr,
             size,
             u,
@@ -149,7 +155,7 @@ mod tests {
         );
         let mut done = Entry {
             tid: 187,
-            kind: Kind::ThreadDone as u8 + 1,
+            kind: Kind::ThreadDone as u8,
             end_ns: 999,
             present: -1,
             ..Entry::default()
@@ -157,7 +163,7 @@ mod tests {
         let mut out = String::new();
         assert!(format_line(&done, &mut out));
         assert_eq!(out, "187: thread_done 0x0 999\n");
-        done.kind = 0;
+        done.kind = 6;
         assert!(!format_line(&done, &mut String::new()));
     }
 }

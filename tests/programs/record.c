@@ -1,8 +1,12 @@
 // A program for record_allocs: every recorded call type once on the main thread, then a thread
 // that allocates and exits (its thread_done line). With an argument it raises SIGRTMAX-18 and
 // allocates, which writes the records so far; the rest are written at exit.
-// Usage: record [signal|stats|fork|threads] (stats: SIGRTMAX-15 instead; fork: a child allocates) ; prints "pid <main thread id>" first.
+// Usage: record [signal|stats|fork|threads|idle|storm] (stats: SIGRTMAX-15 instead; fork: a child
+// allocates; idle: waits in sigsuspend() for the test's signal; storm: see below) ; prints
+// "pid <main thread id>" first.
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +21,56 @@ static void* hammer(void* a) {
   for (int i = 0; i < 20000; i++) free(malloc(16 + (i & 255)));
   return NULL;
 }
+// storm: every version of a file the library puts in place (it renames a finished temporary
+// file over the final name) is also linked as <final name>.v<N>, so the test sees every write,
+// not only the last one. The library's renameat and rename calls bind to these definitions
+// (the program is linked with -rdynamic).
+static int versions, keep_versions;
+static void keep_version(int dir, const char* temp, const char* name) {
+  if (!keep_versions) return;
+  char link[512];
+  size_t n = strlen(name);
+  if (n > 480) return;
+  memcpy(link, name, n);
+  memcpy(link + n, ".v", 2);
+  // Decimal by hand: snprintf is not async-signal-safe, and this runs in signal handlers.
+  char digits[16];
+  int v = __atomic_fetch_add(&versions, 1, __ATOMIC_SEQ_CST), d = 0;
+  do { digits[d++] = (char)('0' + v % 10); v /= 10; } while (v);
+  size_t at = n + 2;
+  while (d) link[at++] = digits[--d];
+  link[at] = 0;
+  linkat(dir, temp, dir, link, 0);
+}
+int renameat(int olddir, const char* old, int newdir, const char* new) {
+  keep_version(olddir, old, new);
+  return (int)syscall(SYS_renameat2, olddir, old, newdir, new, 0);
+}
+int rename(const char* old, const char* new) {
+  keep_version(AT_FDCWD, old, new);
+  return (int)syscall(SYS_renameat2, AT_FDCWD, old, AT_FDCWD, new, 0);
+}
+
+// storm: 20,000 malloc/free pairs with sizes 1..20000, so that each malloc line says which call
+// it was; the threads' ids for the signal thread.
+static pid_t counted_tids[5];
+static void* counted(void* a) {
+  __atomic_store_n(&counted_tids[(long)a], (pid_t)syscall(SYS_gettid), __ATOMIC_SEQ_CST);
+  for (int i = 1; i <= 20000; i++) free(malloc(i));
+  return NULL;
+}
+// Signals every thread of the process in turn, as fast as it can, until the process exits.
+static void* storm(void* a) {
+  (void)a;
+  pid_t self = (pid_t)syscall(SYS_gettid), pid = getpid();
+  for (unsigned i = 0;; i++) {
+    pid_t target = i % 6 == 5 ? self : __atomic_load_n(&counted_tids[i % 6], __ATOMIC_SEQ_CST);
+    if (target) syscall(SYS_tgkill, pid, target, SIGRTMAX - 18);
+    sched_yield();
+  }
+  return NULL;
+}
+
 static void* worker(void* a) { (void)a; for (int i = 0; i < 3; i++) free(malloc(10 + i)); return NULL; }
 int main(int argc, char** argv) {
   printf("pid %d\n", getpid());
@@ -34,13 +88,39 @@ int main(int argc, char** argv) {
   pthread_t t; pthread_create(&t, NULL, worker, NULL); pthread_join(t, NULL);
   if (argc > 1 && strcmp(argv[1], "threads") == 0) {
     // Four threads allocate while the records are written on a signal: the calls made during
-    // the write wait for it and are recorded after it (spec §11.6).
+    // the write are in this file or the next, once.
     pthread_t h[4];
     for (int i = 0; i < 4; i++) pthread_create(&h[i], NULL, hammer, NULL);
     usleep(5000);
     raise(SIGRTMAX - 18);
     for (int i = 0; i < 4; i++) pthread_join(h[i], NULL);
     return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "idle") == 0) {
+    // The records so far must be written by the signal's handler while the program waits:
+    // nothing allocates after it. The signal is blocked until the wait starts, so that one
+    // arriving early is not handled before the wait, which would then never end.
+    sigset_t block, none;
+    sigemptyset(&block);
+    sigaddset(&block, SIGRTMAX - 18);
+    sigprocmask(SIG_BLOCK, &block, &none);
+    sigdelset(&none, SIGRTMAX - 18);
+    write(1, "ready\n", 6);
+    sigsuspend(&none);
+    _exit(0);
+  }
+  if (argc > 1 && strcmp(argv[1], "storm") == 0) {
+    // Four threads make 40,000 recorded calls each while signals land on every thread, mid-call
+    // or not; then the process exits with the signals still coming, so the exit-time write
+    // runs beside signal writes.
+    keep_versions = 1;
+    counted_tids[0] = (pid_t)syscall(SYS_gettid);
+    pthread_t h[4], s;
+    pthread_create(&s, NULL, storm, NULL);
+    for (long i = 0; i < 4; i++) pthread_create(&h[i], NULL, counted, (void*)(i + 1));
+    for (int i = 0; i < 4; i++) pthread_join(h[i], NULL);
+    for (int i = 1; i < 5; i++) __atomic_store_n(&counted_tids[i], 0, __ATOMIC_SEQ_CST);
+    exit(0);
   }
   if (argc > 1 && strcmp(argv[1], "fork") == 0) {
     // The child maps and touches 1 MiB its parent never had: its present bytes must come from
