@@ -470,3 +470,76 @@ fn a_signal_storm_and_the_exit_write_lose_and_repeat_nothing() {
         assert_eq!((frees, done), (20_000, 1), "thread {tid}");
     }
 }
+
+/// Present bytes come from mincore() (Android 17, current-aosp §2), 2048 pages a call: the values
+/// of the pagemap method for resident and untouched pages, and when a call fails (pages of the
+/// block unmapped behind the allocator's back) `mincore failed: <strerror>` and the bytes of the
+/// calls before it — where the pagemap method said -1.
+#[test]
+fn present_bytes_come_from_mincore_with_its_partial_count() {
+    let (file, options) = recording_on_exit("record-present");
+    let (pid, out) = run(&options, &["present"]);
+    assert_eq!(
+        malloc_debug_messages(&out),
+        ["mincore failed: Out of memory"]
+    );
+    let offset: usize = stderr_line(&out, "offset ").trim().parse().unwrap();
+    let mut expected = records_before_the_mode(&stderr_line(&out, "usable "));
+    expected.extend([
+        "MAIN: malloc P 1048576 S E".to_string(),
+        // The first page from the block's start, then two whole pages.
+        format!("MAIN: free P S E {}", 3 * 4096 - offset),
+        "MAIN: malloc P 12582912 S E".to_string(),
+        // The first call's 2048 pages, from the block's start; the second call failed.
+        format!("MAIN: free P S E {}", 2048 * 4096 - offset),
+        "MAIN: free P S E 4104".to_string(),
+    ]);
+    assert_eq!(normalise(&exit_records(&file, pid), pid), expected);
+}
+
+/// A target the reference's open(O_NOFOLLOW) refuses — a symlink, a directory — is reported with
+/// its message and errno, nothing is written through it, and the entries are kept: the exit-time
+/// file has them all.
+#[test]
+fn a_refused_target_is_reported_and_its_records_kept() {
+    for (what, error) in [
+        ("symlink", "Too many symbolic links encountered"),
+        ("directory", "Is a directory"),
+    ] {
+        let (file, options) = recording_on_exit(&format!("record-refused-{what}"));
+        let elsewhere = file.with_file_name("elsewhere");
+        match what {
+            "symlink" => std::os::unix::fs::symlink(&elsewhere, &file).unwrap(),
+            _ => std::fs::create_dir(&file).unwrap(),
+        }
+        let (pid, out) = run(&options, &["signal"]);
+        assert_eq!(
+            malloc_debug_messages(&out),
+            [format!(
+                "Cannot create record alloc file {}: {error}",
+                file.display()
+            )],
+            "{what}"
+        );
+        assert!(!elsewhere.exists(), "{what}: nothing written through it");
+        let mut expected = records_before_the_mode(&stderr_line(&out, "usable "));
+        expected.extend(
+            [
+                "MAIN: malloc P 1 S E",
+                "MAIN: free P S E 24",
+                "MAIN: free P S E 4104",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(
+            normalise(&exit_records(&file, pid), pid),
+            expected,
+            "{what}"
+        );
+        let left: Vec<_> = std::fs::read_dir(file.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "{what}: no temporary left: {left:?}");
+    }
+}

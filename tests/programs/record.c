@@ -1,8 +1,8 @@
 // A program for record_allocs: every recorded call type once on the main thread, then a thread
 // that allocates and exits (its thread_done line). With an argument it raises SIGRTMAX-18 and
 // allocates, which writes the records so far; the rest are written at exit.
-// Usage: record [signal|stats|fork|threads|idle|storm] (stats: SIGRTMAX-15 instead; fork: a child
-// allocates; idle: waits in sigsuspend() for the test's signal; storm: see below) ; prints
+// Usage: record [signal|stats|fork|threads|idle|storm|present] (stats: SIGRTMAX-15 instead; fork: a
+// child allocates; present: blocks partly resident, partly unmapped; idle: waits in sigsuspend() for the test's signal; storm: see below) ; prints
 // "pid <main thread id>" first.
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -15,6 +15,8 @@
 #include <signal.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include <sys/mman.h>
+#include <stdint.h>
 // 20,000 malloc/free pairs: 40,000 recorded calls per thread.
 static void* hammer(void* a) {
   (void)a;
@@ -121,6 +123,22 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 4; i++) pthread_join(h[i], NULL);
     for (int i = 1; i < 5; i++) __atomic_store_n(&counted_tids[i], 0, __ATOMIC_SEQ_CST);
     exit(0);
+  }
+  if (argc > 1 && strcmp(argv[1], "present") == 0) {
+    // Present bytes: a 1 MiB block (its own mapping) of which three pages were touched; then a
+    // 12 MiB block whose pages from 9 MiB on are unmapped before the free, so that the second
+    // mincore call (2048 pages each) fails. Prints the second block's offset in its page.
+    char* a = malloc(1 << 20);
+    a[0] = a[4096] = a[8192] = 1;
+    free(a);
+    char* b = malloc(12 << 20);
+    memset(b, 1, 12 << 20);
+    uintptr_t end = ((uintptr_t)b + malloc_usable_size(b) + 4095) & ~(uintptr_t)4095;
+    uintptr_t cut = ((uintptr_t)b + (9 << 20) + 4095) & ~(uintptr_t)4095;
+    munmap((void*)cut, end - cut);
+    fprintf(stderr, "offset %zu\n", (size_t)((uintptr_t)b & 4095));
+    free(b);
+    return 0;
   }
   if (argc > 1 && strcmp(argv[1], "fork") == 0) {
     // The child maps and touches 1 MiB its parent never had: its present bytes must come from
