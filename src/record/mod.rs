@@ -72,7 +72,15 @@ pub fn present_bytes(state: &State, pointer: usize) -> i64 {
     if pointer == 0 {
         return -1;
     }
-    present::bytes(pointer, crate::alloc::usable_size(state, pointer))
+    // The size lookup reads the header in front of the block (ours, or the native allocator's),
+    // as the reference's does before it measures: see present.rs.
+    let len = crate::alloc::usable_size(state, pointer);
+    let read = if state.layout.header {
+        present::Read::before(state.layout.pointer_offset)
+    } else {
+        present::Read::native(pointer)
+    };
+    present::bytes(pointer, len, read)
 }
 
 /// What a finished call records (spec §7.2).

@@ -6,19 +6,81 @@
 //! The values are the pagemap method's (a page is resident or not either way). A failed call
 //! logs `mincore failed: <strerror>` and the bytes counted so far are returned (the pagemap
 //! version returned -1): the pages of the earlier calls, none of the failing one.
+//!
+//! A system call costs about as much as the rest of a recorded free together, so most blocks are
+//! answered without one, exactly (docs/performance.md, "record_allocs: present bytes"): the
+//! size lookup that precedes the measurement — the reference's as well as ours — has just read
+//! the header in front of the block. When that header lies in the block's first page, the page
+//! is resident now (a swapped-out page was faulted back in by the read; a never-written one
+//! cannot hold a header), so a block that fits in that page is present in full. glibc's lookup
+//! also reads the next chunk's header, right after the block, so a block of its heap that ends
+//! in its second page is present in full too. Other blocks ask the kernel.
 
 use crate::log::log_error;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Pages asked per call (Android 17's `kMaxReadPages`). A failure counts whole calls, so this
 /// is part of the result, not only of the cost.
 const CHUNK: usize = 2048;
 
+/// What the size lookup that precedes a measurement has just read next to the block.
+#[derive(Clone, Copy)]
+pub struct Read {
+    /// `[pointer - before, pointer)` (0: nothing known).
+    before: usize,
+    /// The bytes right after the block's usable end.
+    after: bool,
+}
+
+impl Read {
+    /// Our header, `before` bytes in front of the block.
+    pub fn before(before: usize) -> Read {
+        Read {
+            before,
+            after: false,
+        }
+    }
+
+    /// The native allocator's `malloc_usable_size`. glibc reads the chunk's size word just
+    /// below the pointer and, for a chunk of its heap (not mmapped), the next chunk's size word,
+    /// which starts where the block's usable bytes end. On Android the allocator is not known
+    /// here (jemalloc's lookup reads neither), so every block asks the kernel.
+    #[cfg(not(target_os = "android"))]
+    pub fn native(pointer: usize) -> Read {
+        const IS_MMAPPED: usize = 2;
+        // SAFETY: the size word of a live glibc chunk, which malloc_usable_size has just read.
+        let size_word = unsafe { ((pointer - 8) as *const usize).read_volatile() };
+        Read {
+            before: 8,
+            after: size_word & IS_MMAPPED == 0,
+        }
+    }
+
+    #[cfg(target_os = "android")]
+    pub fn native(_pointer: usize) -> Read {
+        Read {
+            before: 0,
+            after: false,
+        }
+    }
+}
+
 /// Bytes of `[pointer, pointer + len)` in resident pages; -1 when `pointer` is null or `len` 0.
-pub fn bytes(pointer: usize, len: usize) -> i64 {
+/// `read`: what the size lookup just read; the pages it read in are resident.
+pub fn bytes(pointer: usize, len: usize, read: Read) -> i64 {
     if pointer == 0 || len == 0 {
         return -1;
     }
-    let page = crate::platform::page_size();
+    let page = page_size();
+    let offset = pointer & (page - 1);
+    let first_resident = read.before != 0 && offset >= read.before;
+    // The byte after the block is in the block's last page unless the block ends on a page
+    // boundary.
+    let last_resident = read.after && !(offset + len).is_multiple_of(page);
+    let pages = (offset + len).div_ceil(page);
+    if first_resident && (pages == 1 || (pages == 2 && last_resident)) {
+        return len as i64;
+    }
     let end = pointer.saturating_add(len);
     let mut start = pointer & !(page - 1);
     let mut total = 0usize;
@@ -49,4 +111,17 @@ pub fn bytes(pointer: usize, len: usize) -> i64 {
         start += pages * page;
     }
     total as i64
+}
+
+/// The page size, asked of libc once (this runs on every recorded free).
+fn page_size() -> usize {
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    match PAGE.load(Ordering::Relaxed) {
+        0 => {
+            let page = crate::platform::page_size();
+            PAGE.store(page, Ordering::Relaxed);
+            page
+        }
+        page => page,
+    }
 }
