@@ -1,9 +1,11 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
- * Usage: malloc_test [leak|bugs|fork]
+ * Usage: malloc_test [leak|bugs|fork|record]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free, prints one line per
  * check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that libc's
  * exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation is
- * left live (for leak_track). With "fork", see fork_test. Prototypes are declared by hand: no
+ * left live (for leak_track). With "fork", see fork_test. With "record", SIGRTMAX-18 (46) is
+ * raised and the program leaves through _exit without allocating: the record_allocs file must
+ * have been written by the signal's handler. Prototypes are declared by hand: no
  * bionic headers here. */
 
 typedef unsigned long size_t;
@@ -26,6 +28,7 @@ extern int waitpid(int pid, int* status, int options);
 extern int kill(int pid, int sig);
 extern int usleep(unsigned int usec);
 extern void _exit(int status) __attribute__((noreturn));
+extern int getpid(void);
 
 static int failures;
 
@@ -154,6 +157,12 @@ int main(int argc, char** argv, char** envp) {
   }
 
   if (argc > 1 && strcmp(argv[1], "fork") == 0) fork_test();
+
+  if (argc > 1 && strcmp(argv[1], "record") == 0) {
+    kill(getpid(), 46);
+    dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
+    _exit(failures == 0 ? 0 : 1);
+  }
 
   dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
   exit(failures == 0 ? 0 : 1);
