@@ -2,8 +2,9 @@
 //! appear whole or not at all: written under a temporary name in the same directory, then
 //! renamed into place, never following a planted symlink.
 //!
-//! Temporary names are unique and unpredictable (`<name>.tmp.<16 random hex digits>`, created
-//! with `O_EXCL`), so two writers of the same file (a heap dump on a signal and one at exit, two
+//! A file has no name while it is written (O_TMPFILE) where the file system allows; temporary
+//! names are unique and unpredictable (`<name>.tmp.<16 random hex digits>`, created with
+//! `O_EXCL`), so two writers of the same file (a heap dump on a signal and one at exit, two
 //! record writes) never share one, and nobody can plant one in advance. Everything here is a
 //! plain system call on stack buffers: record files are written from a signal handler.
 
@@ -115,14 +116,19 @@ const NAME_MAX: usize = 255;
 /// `.tmp.` and 16 hex digits.
 const TEMP_SUFFIX: usize = 5 + 16;
 
-/// A file being written under a temporary name next to its final path. The directory is opened
-/// once, so the temporary and the final name are in the same directory even if the path's
-/// directories are renamed meanwhile.
+/// A file being written next to its final path. Where the file system allows, it has no name
+/// until it is complete (O_TMPFILE): a process that dies while writing leaves nothing behind.
+/// It is then linked under a random temporary name and renamed over the final one (a link
+/// cannot replace an existing file). Elsewhere it is created under the temporary name at once.
+/// The directory is opened once, so the temporary and the final name are in the same directory
+/// even if the path's directories are renamed meanwhile.
 pub struct OutputFile {
     dir: i32,
     fd: i32,
     name: StackBuf<{ NAME_MAX + 1 }>,
     temp: StackBuf<{ NAME_MAX + TEMP_SUFFIX + 1 }>,
+    /// The file has the temporary name (created with it, or linked).
+    named: bool,
 }
 
 impl OutputFile {
@@ -163,9 +169,11 @@ impl OutputFile {
             fd: -1,
             name,
             temp: StackBuf::new(),
+            named: false,
         };
         file.check_target()?;
-        file.create_temp(mode)?;
+        file.create_unnamed(mode)
+            .or_else(|_| file.create_named(mode))?;
         Ok(file)
     }
 
@@ -187,30 +195,87 @@ impl OutputFile {
         }
     }
 
-    fn create_temp(&mut self, mode: libc::mode_t) -> Result<(), i32> {
-        let flags =
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    /// A nameless file in the directory (EOPNOTSUPP and the like where the file system or the
+    /// kernel cannot).
+    fn create_unnamed(&mut self, mode: libc::mode_t) -> Result<(), i32> {
+        let flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
+        // SAFETY: our directory descriptor, a NUL-terminated name, the mode as the variadic
+        // argument.
+        let fd = unsafe { libc::openat(self.dir, c".".as_ptr(), flags, mode as libc::c_uint) };
+        if fd < 0 {
+            return Err(platform::errno());
+        }
+        self.fd = fd;
+        // It will be linked through /proc/self/fd: without /proc, a named file instead.
+        // SAFETY: an all-zero stat is a valid out-parameter.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        let mut proc_path = proc_fd_path(fd);
+        // SAFETY: a NUL-terminated path and a valid out-parameter.
+        if unsafe { libc::stat(proc_path.as_c_str(), &mut st) } != 0 {
+            let errno = platform::errno();
+            // SAFETY: the descriptor just opened, closed once.
+            unsafe { libc::close(fd) };
+            self.fd = -1;
+            return Err(errno);
+        }
+        Ok(())
+    }
+
+    /// Picks a fresh random temporary name.
+    fn new_temp_name(&mut self) -> *const libc::c_char {
+        self.temp.clear();
+        self.temp.push_bytes(self.name.as_bytes());
+        let _ = fmt::Write::write_fmt(&mut self.temp, format_args!(".tmp.{:016x}", random()));
+        self.temp.as_c_str()
+    }
+
+    /// Runs `attempt` with fresh temporary names until it does not fail with EEXIST. A collision
+    /// of 64 random bits means someone guesses our names: give up after a few.
+    fn with_temp_name(&mut self, mut attempt: impl FnMut(i32, *const libc::c_char) -> i32) -> i32 {
         let mut errno = libc::EEXIST;
-        // A collision of 64 random bits means someone guesses our names: give up after a few.
         for _ in 0..8 {
-            self.temp.clear();
-            self.temp.push_bytes(self.name.as_bytes());
-            let _ = fmt::Write::write_fmt(&mut self.temp, format_args!(".tmp.{:016x}", random()));
-            // SAFETY: our directory descriptor, a NUL-terminated name, the mode as the variadic
-            // argument.
-            let fd = unsafe {
-                libc::openat(self.dir, self.temp.as_c_str(), flags, mode as libc::c_uint)
-            };
-            if fd >= 0 {
-                self.fd = fd;
-                return Ok(());
+            let temp = self.new_temp_name();
+            if attempt(self.dir, temp) >= 0 {
+                self.named = true;
+                return 0;
             }
             errno = platform::errno();
             if errno != libc::EEXIST {
                 break;
             }
         }
-        Err(errno)
+        errno
+    }
+
+    fn create_named(&mut self, mode: libc::mode_t) -> Result<(), i32> {
+        let flags =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let mut fd = -1;
+        let errno = self.with_temp_name(|dir, temp| {
+            // SAFETY: our directory descriptor, a NUL-terminated name, the mode as the variadic
+            // argument.
+            fd = unsafe { libc::openat(dir, temp, flags, mode as libc::c_uint) };
+            fd
+        });
+        if errno != 0 {
+            return Err(errno);
+        }
+        self.fd = fd;
+        Ok(())
+    }
+
+    /// Gives the nameless file its temporary name, through /proc/self/fd (linkat with
+    /// AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH).
+    fn link_unnamed(&mut self) -> Result<(), i32> {
+        let mut proc_path = proc_fd_path(self.fd);
+        let source = proc_path.as_c_str();
+        match self.with_temp_name(|dir, temp| {
+            // SAFETY: NUL-terminated paths and our directory descriptor.
+            unsafe { libc::linkat(libc::AT_FDCWD, source, dir, temp, libc::AT_SYMLINK_FOLLOW) }
+        }) {
+            0 => Ok(()),
+            errno => Err(errno),
+        }
     }
 
     pub fn fd(&self) -> i32 {
@@ -223,15 +288,22 @@ impl OutputFile {
         self.place(written_ok).is_ok()
     }
 
-    /// `commit` that says why the file is not in place: the errno of the failed close or rename,
-    /// ELOOP if a symlink appeared at the target meanwhile (it is never replaced), or 0 when
-    /// `written_ok` was false.
+    /// `commit` that says why the file is not in place: the errno of the failed link, close or
+    /// rename, ELOOP if a symlink appeared at the target meanwhile (it is never replaced), or 0
+    /// when `written_ok` was false.
     pub fn place(mut self, written_ok: bool) -> Result<(), i32> {
+        let linked = if written_ok && !self.named {
+            self.link_unnamed()
+        } else {
+            Ok(())
+        };
         let fd = core::mem::replace(&mut self.fd, -1);
         // SAFETY: our descriptor, closed once.
         let closed = unsafe { libc::close(fd) } == 0;
         let result = if !written_ok {
             Err(0)
+        } else if let Err(errno) = linked {
+            Err(errno)
         } else if !closed {
             Err(platform::errno())
         } else if self.target_is_symlink() {
@@ -241,13 +313,20 @@ impl OutputFile {
             let temp = self.temp.as_c_str();
             // SAFETY: our directory descriptor and NUL-terminated names.
             if unsafe { libc::renameat(dir, temp, dir, self.name.as_c_str()) } == 0 {
+                self.named = false;
                 return Ok(());
             }
             Err(platform::errno())
         };
-        // SAFETY: our directory descriptor and NUL-terminated name.
-        unsafe { libc::unlinkat(self.dir, self.temp.as_c_str(), 0) };
+        self.remove_temp();
         result
+    }
+
+    fn remove_temp(&mut self) {
+        if core::mem::replace(&mut self.named, false) {
+            // SAFETY: our directory descriptor and NUL-terminated name.
+            unsafe { libc::unlinkat(self.dir, self.temp.as_c_str(), 0) };
+        }
     }
 
     fn target_is_symlink(&mut self) -> bool {
@@ -268,15 +347,23 @@ impl OutputFile {
 
 impl Drop for OutputFile {
     fn drop(&mut self) {
-        // SAFETY: our descriptors and temporary name.
+        // SAFETY: our descriptors, each closed once (`place` leaves `fd` at -1).
         unsafe {
             if self.fd >= 0 {
                 libc::close(self.fd);
-                libc::unlinkat(self.dir, self.temp.as_c_str(), 0);
             }
-            libc::close(self.dir);
         }
+        self.remove_temp();
+        // SAFETY: as above.
+        unsafe { libc::close(self.dir) };
     }
+}
+
+/// `/proc/self/fd/<fd>`.
+fn proc_fd_path(fd: i32) -> StackBuf<32> {
+    let mut path = StackBuf::new();
+    let _ = fmt::Write::write_fmt(&mut path, format_args!("/proc/self/fd/{fd}"));
+    path
 }
 
 /// The directory as an O_PATH descriptor; its path is copied here, out of line, so that the
