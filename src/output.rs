@@ -366,26 +366,45 @@ fn proc_fd_path(fd: i32) -> StackBuf<32> {
     path
 }
 
-/// The directory as an O_PATH descriptor; its path is copied here, out of line, so that the
-/// copy's stack is gone again while the file is written.
-#[inline(never)]
+/// The directory as an O_PATH descriptor, opened one component at a time from `/` or the
+/// working directory, so that no path-sized buffer is needed: this runs in signal handlers, on
+/// alternate stacks of 16 KiB. The kernel resolves each component as it would the whole path
+/// (symlinks to directories are followed, `..` works).
 fn open_dir(path: &[u8]) -> Result<i32, i32> {
-    let mut buf = StackBuf::<4200>::new();
-    buf.push_bytes(path);
-    if buf.truncated() || buf.len() >= 4096 {
+    if path.len() >= 4096 {
         return Err(libc::ENAMETOOLONG);
     }
-    // SAFETY: a NUL-terminated path.
-    let fd = unsafe {
-        libc::open(
-            buf.as_c_str(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let start = if path.first() == Some(&b'/') {
+        c"/"
+    } else {
+        c"."
     };
-    if fd < 0 {
+    // SAFETY: a NUL-terminated literal path.
+    let mut dir = unsafe { libc::open(start.as_ptr(), flags) };
+    for component in path.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+        if dir < 0 {
+            break;
+        }
+        let mut name = StackBuf::<{ NAME_MAX + 1 }>::new();
+        name.push_bytes(component);
+        let next = if name.truncated() || component.len() > NAME_MAX {
+            platform::set_errno(libc::ENAMETOOLONG);
+            -1
+        } else {
+            // SAFETY: our directory descriptor and a NUL-terminated name.
+            unsafe { libc::openat(dir, name.as_c_str(), flags) }
+        };
+        let errno = platform::errno();
+        // SAFETY: our descriptor, replaced by the next one.
+        unsafe { libc::close(dir) };
+        platform::set_errno(errno);
+        dir = next;
+    }
+    if dir < 0 {
         return Err(platform::errno());
     }
-    Ok(fd)
+    Ok(dir)
 }
 
 /// 64 bits from the kernel's generator (without blocking), or, should it refuse, from the clock,

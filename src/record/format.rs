@@ -11,30 +11,33 @@ use crate::output::{BufWriter, OutputFile};
 use crate::platform;
 use core::fmt::Write;
 
+/// How a write ended, for `report` (logged outside `write_file`'s frame: a log record needs
+/// 8 KiB of stack, and this runs in a signal handler, perhaps on a 16 KiB alternate stack).
+pub enum Outcome {
+    NothingToWrite,
+    Placed,
+    /// The file could not be created or put in place (errno).
+    CannotCreate(i32),
+    /// A write failed (errno).
+    WriteFailed(i32),
+}
+
 /// Writes the pending entries to `file` followed by `suffix`. A file that cannot be created or
-/// put in place is reported with the reference's message and its entries are kept for a later
-/// write (spec §7.5); so are entries still being filled by their calls.
-pub fn write_file(file: &[u8], suffix: &[u8]) {
+/// put in place, or whose writes fail, leaves its entries for a later write (spec §7.5); so do
+/// entries still being filled by their calls.
+#[inline(never)]
+pub fn write_file(file: &[u8], suffix: &[u8]) -> Outcome {
     let batch = BUFFER.pending();
     // Entries that are all still being filled (or abandoned) would make an empty file that
     // replaces the last one: they wait for the next write instead.
     if !BUFFER.has_published(batch) {
-        log_info!("No alloc entries to write.");
-        return;
+        return Outcome::NothingToWrite;
     }
-    let cannot_create = |errno: i32| {
-        log_error!(
-            "Cannot create record alloc file {}{}: {}",
-            Bytes(file),
-            Bytes(suffix),
-            strerror(errno)
-        );
-    };
     let out = match OutputFile::open(file, suffix, 0o755) {
         Ok(out) => out,
-        Err(errno) => return cannot_create(errno),
+        Err(errno) => return Outcome::CannotCreate(errno),
     };
-    let mut w = BufWriter::<2048>::new(out.fd());
+    let mut w = BufWriter::<1024>::new(out.fd());
     BUFFER.write_published(batch, |e| {
         let mut line = StackBuf::<256>::new();
         if format_line(e, &mut line) {
@@ -43,17 +46,33 @@ pub fn write_file(file: &[u8], suffix: &[u8]) {
         w.ok()
     });
     let written = w.flush();
-    if !written {
-        log_error!(
-            "Failed to write record alloc information: {}",
-            strerror(platform::errno())
-        );
-    }
+    let write_errno = platform::errno();
     let placed = out.place(written);
-    if let (true, Err(errno)) = (written, placed) {
-        cannot_create(errno);
-    }
     BUFFER.end_write(batch, placed.is_ok());
+    match placed {
+        Ok(()) => Outcome::Placed,
+        Err(_) if !written => Outcome::WriteFailed(write_errno),
+        Err(errno) => Outcome::CannotCreate(errno),
+    }
+}
+
+/// Logs a write's outcome with the reference's messages (spec §7.5).
+#[inline(never)]
+pub fn report(outcome: Outcome, file: &[u8], suffix: &[u8]) {
+    match outcome {
+        Outcome::Placed => {}
+        Outcome::NothingToWrite => log_info!("No alloc entries to write."),
+        Outcome::CannotCreate(errno) => log_error!(
+            "Cannot create record alloc file {}{}: {}",
+            Bytes(file),
+            Bytes(suffix),
+            strerror(errno)
+        ),
+        Outcome::WriteFailed(errno) => log_error!(
+            "Failed to write record alloc information: {}",
+            strerror(errno)
+        ),
+    }
 }
 
 /// One entry's line, `\n` included; false for an entry of no known kind.

@@ -8,7 +8,7 @@
 //! handler waits — least of all for a write it interrupted on its own thread. Only the exit
 //! write waits for a signal writer on another thread (which never waits for anything).
 
-use super::format::write_file;
+use super::format::{report, write_file};
 use crate::fmt::StackBuf;
 use crate::platform;
 use crate::state::State;
@@ -31,7 +31,8 @@ fn try_own(tid: i32) -> bool {
 fn write_requested_and_release(state: &State, tid: i32) {
     loop {
         while AGAIN.swap(false, Ordering::AcqRel) {
-            write_file(state.config.record_allocs_file, b"");
+            let file = state.config.record_allocs_file;
+            report(write_file(file, b""), file, b"");
         }
         OWNER.store(0, Ordering::Release);
         if !AGAIN.load(Ordering::Acquire) || !try_own(tid) {
@@ -70,7 +71,8 @@ pub fn write_at_exit(state: &State) {
     }
     let mut suffix = StackBuf::<16>::new();
     let _ = write!(suffix, ".{}", platform::getpid());
-    write_file(state.config.record_allocs_file, suffix.as_bytes());
+    let file = state.config.record_allocs_file;
+    report(write_file(file, suffix.as_bytes()), file, suffix.as_bytes());
     write_requested_and_release(state, tid);
 }
 

@@ -75,6 +75,13 @@ static void* storm(void* a) {
 
 static void* worker(void* a) { (void)a; for (int i = 0; i < 3; i++) free(malloc(10 + i)); return NULL; }
 int main(int argc, char** argv) {
+  // The library's handlers run on the alternate signal stack (SA_ONSTACK): give the main thread
+  // one of bionic's size (16 KiB), with an inaccessible page below it, so that a handler that
+  // needs more stack than a device gives it crashes here. mmap, not malloc: nothing recorded.
+  char* alt = mmap(NULL, 4096 + 16384, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  mprotect(alt, 4096, PROT_NONE);
+  stack_t ss = {.ss_sp = alt + 4096, .ss_size = 16384, .ss_flags = 0};
+  sigaltstack(&ss, NULL);
   printf("pid %d\n", getpid());
   fflush(stdout);
   void* p = malloc(100); free(p);
