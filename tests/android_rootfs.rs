@@ -616,8 +616,9 @@ fn record_file_is_written_in_the_handler(var: &str, target: &'static str) {
                 "calloc" | "memalign" => format!("{} {} {}", f[1], f[3], f[4]),
                 "realloc" => format!("realloc {}", f[4]),
                 kind => {
+                    // Present bytes: 0 for a block whose pages were never touched.
                     if kind == "free" {
-                        assert!(f[5].parse::<u64>().is_ok_and(|p| p > 0), "{l}");
+                        assert!(f[5].parse::<u64>().is_ok(), "{l}");
                     }
                     kind.to_string()
                 }
