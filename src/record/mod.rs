@@ -78,7 +78,7 @@ pub fn present_bytes(state: &State, pointer: usize) -> i64 {
     let read = if state.layout.header {
         present::Read::before(state.layout.pointer_offset)
     } else {
-        present::Read::native(pointer)
+        present::Read::native(pointer, len)
     };
     present::bytes(pointer, len, read)
 }

@@ -41,23 +41,39 @@ impl Read {
         }
     }
 
-    /// The native allocator's `malloc_usable_size`. glibc reads the chunk's size word just
-    /// below the pointer and, for a chunk of its heap (not mmapped), the next chunk's size word,
-    /// which starts where the block's usable bytes end. On Android the allocator is not known
-    /// here (jemalloc's lookup reads neither), so every block asks the kernel.
+    /// The native allocator's `malloc_usable_size`, which returned `len`. glibc reads the
+    /// chunk's size word just below the pointer and, for a chunk of its heap (not mmapped), the
+    /// next chunk's size word, which starts where the block's usable bytes end. The size word
+    /// is only trusted when it gives `len` as glibc computes it (another allocator behind the
+    /// dispatch gets no shortcut); it is read only when it lies in the block's own page, which
+    /// is mapped. On Android the allocator is not known here (jemalloc's lookup reads neither),
+    /// so every block asks the kernel.
     #[cfg(not(target_os = "android"))]
-    pub fn native(pointer: usize) -> Read {
+    pub fn native(pointer: usize, len: usize) -> Read {
         const IS_MMAPPED: usize = 2;
-        // SAFETY: the size word of a live glibc chunk, which malloc_usable_size has just read.
+        const NOTHING: Read = Read {
+            before: 0,
+            after: false,
+        };
+        if pointer & (page_size() - 1) < 8 {
+            return NOTHING;
+        }
+        // SAFETY: 8 bytes in the page of a live block, so mapped; a plain read.
         let size_word = unsafe { ((pointer - 8) as *const usize).read_volatile() };
+        let mmapped = size_word & IS_MMAPPED != 0;
+        let chunk = size_word & !7;
+        let header = if mmapped { 16 } else { 8 };
+        if chunk.checked_sub(header) != Some(len) {
+            return NOTHING;
+        }
         Read {
             before: 8,
-            after: size_word & IS_MMAPPED == 0,
+            after: !mmapped,
         }
     }
 
     #[cfg(target_os = "android")]
-    pub fn native(_pointer: usize) -> Read {
+    pub fn native(_pointer: usize, _len: usize) -> Read {
         Read {
             before: 0,
             after: false,
