@@ -1,5 +1,6 @@
-//! Signal-driven actions (spec §8). Handlers only flip atomic flags; the work happens on the
-//! next allocation call, where the library may take locks. The table below is the single place
+//! Signal-driven actions (spec §8). Handlers only flip atomic flags, and the work happens on the
+//! next allocation call, where the library may take locks — except the record write, which the
+//! handler does itself as the reference does (src/record/writer.rs). The table below is the single place
 //! that says which option installs which signal, in the order the verbose "Run:" lines appear.
 
 use crate::config::{Config, bits};
@@ -12,8 +13,6 @@ use core::sync::atomic::{AtomicBool, Ordering};
 pub static BACKTRACE_ENABLED: AtomicBool = AtomicBool::new(false);
 /// A heap dump was requested (SIGRTMAX-17).
 pub static DUMP_PENDING: AtomicBool = AtomicBool::new(false);
-/// A record_allocs file write was requested (SIGRTMAX-18).
-pub static RECORD_DUMP_PENDING: AtomicBool = AtomicBool::new(false);
 /// An unreachable-memory check was requested (SIGRTMAX-16).
 pub static UNREACHABLE_CHECK_PENDING: AtomicBool = AtomicBool::new(false);
 /// Allocator statistics were requested (SIGRTMAX-15).
@@ -117,7 +116,7 @@ extern "C" fn request_dump(_: i32, _: *mut libc::siginfo_t, _: *mut core::ffi::c
 }
 
 extern "C" fn request_record_dump(_: i32, _: *mut libc::siginfo_t, _: *mut core::ffi::c_void) {
-    RECORD_DUMP_PENDING.store(true, Ordering::SeqCst);
+    crate::record::on_signal();
 }
 
 extern "C" fn request_stats(_: i32, _: *mut libc::siginfo_t, _: *mut core::ffi::c_void) {

@@ -780,3 +780,80 @@ fn x86_64_successful_calls_keep_errno_under_real_bionic() {
         );
     }
 }
+
+/// record_allocs under real bionic: SIGRTMAX-18's handler writes the file itself (the program
+/// raises it, then leaves through _exit without allocating), whole, with the program's calls in
+/// order and their present bytes (mincore).
+fn record_file_is_written_in_the_handler(var: &str, target: &'static str) {
+    let _serial = serial();
+    let Some((root, lib)) = setup(var, target) else {
+        return;
+    };
+    let dir_in_root = "/data/local/tmp/malloc_debug_test/records";
+    let dir = root.dir.join(dir_in_root.trim_start_matches('/'));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let options = format!("record_allocs record_allocs_file={dir_in_root}/rec.txt");
+    let run = run_program_in_root(&root, &lib, &options, &[], &["record"]);
+    let files: Vec<PathBuf> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let text = fs::read_to_string(dir.join("rec.txt"));
+    let _ = fs::remove_dir_all(&dir);
+    run.assert_program_ok();
+    assert_eq!(files.len(), 1, "the record file, no temporary: {files:?}");
+    let text = text.unwrap();
+    // Each line as `<kind> <sizes>` (pointers, times and present bytes left out).
+    let calls: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert!(f[0].ends_with(':') && f.len() >= 4, "{l}");
+            match f[1] {
+                "malloc" => format!("malloc {}", f[3]),
+                "calloc" | "memalign" => format!("{} {} {}", f[1], f[3], f[4]),
+                "realloc" => format!("realloc {}", f[4]),
+                kind => {
+                    // Present bytes: 0 for a block whose pages were never touched.
+                    if kind == "free" {
+                        assert!(f[5].parse::<u64>().is_ok(), "{l}");
+                    }
+                    kind.to_string()
+                }
+            }
+        })
+        .collect();
+    let mut expected: Vec<String> = [
+        "malloc 100",
+        "realloc 1000",
+        "realloc 10",
+        "free",
+        "calloc 10 10",
+        "free",
+        "memalign 64 200",
+        "free",
+    ]
+    .map(String::from)
+    .to_vec();
+    expected.extend((0..64).map(|i| format!("malloc {}", i * 37 + 1)));
+    expected.extend((0..64).map(|_| "free".to_string()));
+    // The program's calls in order; libc's own may come between them.
+    let mut rest = calls.iter();
+    for want in &expected {
+        assert!(
+            rest.any(|c| c == want),
+            "{want:?} missing (in order) from:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn x86_64_record_file_written_in_the_handler_under_real_bionic() {
+    record_file_is_written_in_the_handler("ANDROID_ROOTFS", "x86_64-linux-android");
+}
+
+#[test]
+fn arm64_record_file_written_in_the_handler_under_qemu() {
+    record_file_is_written_in_the_handler("ANDROID_ROOTFS_ARM64", "aarch64-linux-android");
+}

@@ -1,6 +1,7 @@
 //! record_allocs through the glibc front on a real threaded program (tests/programs/record.c):
 //! one line per call in the spec's format, a thread_done line for the thread that exits, the
-//! file written on SIGRTMAX-18 (and emptied), the rest at exit under `.PID`, the entry limit.
+//! file written in the SIGRTMAX-18 handler (and emptied), the rest at exit under `.PID`, the
+//! entry limit, writes racing each other and the program's threads, refused targets.
 
 mod common;
 
@@ -9,7 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 fn program() -> PathBuf {
-    compile_c("record", "tests/programs/record.c", &["-O0", "-pthread"])
+    // -rdynamic: the storm mode's rename/renameat must be the ones the library calls. -z now:
+    // no lazy binding inside the library's signal handler (it costs kilobytes of the 16 KiB
+    // alternate stack the program gives its main thread; bionic never binds lazily).
+    compile_c(
+        "record",
+        "tests/programs/record.c",
+        &["-O0", "-pthread", "-rdynamic", "-Wl,-z,now"],
+    )
 }
 
 /// (pid, stdout) of a run.
@@ -113,40 +121,47 @@ fn normalise(text: &str, pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// What the program records before its mode starts, normalised: every call type on the main
+/// thread, then a thread's calls and its thread_done. `usable`: the program's "usable" line
+/// (memalign's and posix_memalign's usable sizes, as the program saw them).
+fn records_before_the_mode(usable: &str) -> Vec<String> {
+    let usable: Vec<&str> = usable.split(' ').collect();
+    [
+        // stdout's buffer, for the pid line.
+        "MAIN: malloc P 4096 S E",
+        "MAIN: malloc P 100 S E",
+        "MAIN: free P S E 104",
+        "MAIN: calloc P 4 32 S E",
+        "MAIN: realloc P P 300 S E 136",
+        "MAIN: realloc 0x0 P 0 S E 312",
+        "MAIN: malloc P 50 S E",
+        "MAIN: free P S E 56",
+        "MAIN: memalign P 64 104 S E",
+        &format!("MAIN: free P S E {}", usable[0]),
+        "MAIN: memalign P 32 7 S E",
+        &format!("MAIN: free P S E {}", usable[1]),
+        "MAIN: memalign P 16 32 S E",
+        "MAIN: free P S E 40",
+        // glibc's pthread_create (its thread's TLS block).
+        "MAIN: calloc P 17 16 S E",
+        "T: malloc P 10 S E",
+        "T: free P S E 24",
+        "T: malloc P 11 S E",
+        "T: free P S E 24",
+        "T: malloc P 12 S E",
+        "T: free P S E 24",
+        "T: thread_done 0x0 E",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 #[test]
 fn every_call_type_signal_write_and_exit_write() {
     let (file, pid, out, first) = run_with_signal_write("record-all", "signal");
-    // memalign's and posix_memalign's usable sizes, as the program saw them.
-    let usable_line = stderr_line(&out, "usable ");
-    let usable: Vec<&str> = usable_line.split(' ').collect();
     assert_eq!(
         normalise(&first, pid),
-        [
-            // stdout's buffer, for the pid line.
-            "MAIN: malloc P 4096 S E",
-            "MAIN: malloc P 100 S E",
-            "MAIN: free P S E 104",
-            "MAIN: calloc P 4 32 S E",
-            "MAIN: realloc P P 300 S E 136",
-            "MAIN: realloc 0x0 P 0 S E 312",
-            "MAIN: malloc P 50 S E",
-            "MAIN: free P S E 56",
-            "MAIN: memalign P 64 104 S E",
-            &format!("MAIN: free P S E {}", usable[0]),
-            "MAIN: memalign P 32 7 S E",
-            &format!("MAIN: free P S E {}", usable[1]),
-            "MAIN: memalign P 16 32 S E",
-            "MAIN: free P S E 40",
-            // glibc's pthread_create (its thread's TLS block).
-            "MAIN: calloc P 17 16 S E",
-            "T: malloc P 10 S E",
-            "T: free P S E 24",
-            "T: malloc P 11 S E",
-            "T: free P S E 24",
-            "T: malloc P 12 S E",
-            "T: free P S E 24",
-            "T: thread_done 0x0 E",
-        ]
+        records_before_the_mode(&stderr_line(&out, "usable "))
     );
     // One thread id for all of the thread's lines.
     let tids: std::collections::BTreeSet<&str> = first
@@ -261,11 +276,11 @@ fn a_fork_child_reads_its_own_page_table() {
 }
 
 #[test]
-fn calls_made_during_a_signal_write_wait_and_are_recorded() {
+fn calls_made_during_a_signal_write_are_all_recorded() {
     let (file, pid, _, on_signal) = run_with_signal_write("record-threads", "threads");
     let at_exit = exit_records(&file, pid);
     // Per worker thread: every one of its 40,000 calls, in one file or the other, then its
-    // thread_done; nothing lost while the signal's write was going on.
+    // thread_done; nothing lost or repeated while the signal's write was going on.
     let mut per_thread: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
     for line in on_signal.lines().chain(at_exit.lines()) {
         let (tid, rest) = line.split_once(": ").expect("tid");
@@ -294,4 +309,239 @@ fn calls_made_during_a_signal_write_wait_and_are_recorded() {
             .count()
     };
     assert!(workers_in(&on_signal) > 0 && workers_in(&at_exit) > 0);
+}
+
+/// The handler writes the file itself (spec §7.5, §8): a program that allocates nothing after
+/// the signal — here waiting in sigsuspend() — still gets its file, whole. No /proc/self/pagemap
+/// descriptor is held (present bytes come from mincore, as on Android 17).
+#[test]
+fn the_signal_writes_the_file_while_the_program_waits() {
+    use std::io::BufRead;
+    let dir = scratch_dir("record-idle");
+    let file = dir.join("rec.txt");
+    let options = format!("record_allocs record_allocs_file={}", file.display());
+    let mut child = front_command(program(), &["idle"], Some(&options), &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Should an assertion fail before the signal, the program must not wait for ever.
+    struct KillOnPanic(u32);
+    impl Drop for KillOnPanic {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &self.0.to_string()])
+                    .status();
+            }
+        }
+    }
+    let _guard = KillOnPanic(child.id());
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let pid: u32 = line.trim().strip_prefix("pid ").unwrap().parse().unwrap();
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let open_files: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    assert!(
+        !open_files.iter().any(|f| f.ends_with("pagemap")),
+        "{open_files:?}"
+    );
+    assert!(!file.exists(), "nothing written before the signal");
+    let kill = std::process::Command::new("kill")
+        .args(["-46", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    assert_exit_code(&out, 0);
+    assert_eq!(malloc_debug_messages(&out), Vec::<String>::new());
+    let text = std::fs::read_to_string(&file).expect("the file written in the handler");
+    assert_eq!(
+        normalise(&text, pid),
+        records_before_the_mode(&stderr_line(&out, "usable "))
+    );
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "one file");
+}
+
+/// Checks that `line` is one whole record line (spec §7.3) and returns (tid, kind, size).
+fn parse_record(line: &str) -> (u32, String, u64) {
+    let f: Vec<&str> = line.split(' ').collect();
+    let tid = f[0].strip_suffix(':').and_then(|t| t.parse().ok());
+    let hex = |x: &str| {
+        x.strip_prefix("0x")
+            .is_some_and(|h| u64::from_str_radix(h, 16).is_ok())
+    };
+    let numbers = |from: usize| f[from..].iter().all(|x| x.parse::<i64>().is_ok());
+    let whole = tid.is_some()
+        && f.len() >= 3
+        && hex(f[2])
+        && match f[1] {
+            "malloc" => (f.len() == 4 || f.len() == 6) && numbers(3),
+            "free" => f.len() == 6 && numbers(3),
+            "calloc" | "memalign" => f.len() == 7 && numbers(3),
+            "realloc" => (f.len() == 7 || f.len() == 8) && hex(f[3]) && numbers(4),
+            "thread_done" => f.len() == 4 && numbers(3),
+            _ => false,
+        };
+    assert!(whole, "torn or malformed record line {line:?}");
+    let size = match f[1] {
+        "malloc" => f[3].parse().unwrap(),
+        _ => 0,
+    };
+    (tid.unwrap(), f[1].to_string(), size)
+}
+
+/// Signals land on every thread, in the middle of calls or not, while four threads make 40,000
+/// recorded calls each, and keep coming while the process exits: the handler's writes and the
+/// exit-time write run beside each other. The program links every version of a file the library
+/// puts in place as `<name>.v<N>`: across all of them, each worker's calls appear exactly once,
+/// every line is whole, and no temporary file is left.
+#[test]
+fn a_signal_storm_and_the_exit_write_lose_and_repeat_nothing() {
+    let (file, options) = recording_on_exit("record-storm");
+    let (pid, out) = run(&options, &["storm"]);
+    let messages = malloc_debug_messages(&out);
+    assert!(
+        messages.iter().all(|m| m == "No alloc entries to write."),
+        "{messages:?}"
+    );
+    let dir = file.parent().unwrap();
+    let name = file.file_name().unwrap().to_str().unwrap().to_string();
+    let exit_name = format!("{name}.{pid}");
+    let mut versions = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let n = entry.unwrap().file_name().into_string().unwrap();
+        let is_version = |base: &str| {
+            n.strip_prefix(base)
+                .and_then(|r| r.strip_prefix(".v"))
+                .is_some_and(|v| v.parse::<u32>().is_ok())
+        };
+        if is_version(&exit_name) || (is_version(&name) && !n.starts_with(&exit_name)) {
+            versions.push(n);
+        } else {
+            assert!(n == name || n == exit_name, "unexpected file {n}");
+        }
+    }
+    let exit_versions = versions
+        .iter()
+        .filter(|v| v.starts_with(&exit_name))
+        .count();
+    // (None when a signal's write took the last entries just before the exit-time write.)
+    assert!(exit_versions <= 1, "one exit-time file: {versions:?}");
+    assert!(versions.len() >= 3, "writes on signals: {versions:?}");
+    // Per worker thread: the malloc sizes seen, frees and thread_done lines.
+    let mut workers: std::collections::BTreeMap<u32, (Vec<u64>, usize, usize)> = Default::default();
+    for v in &versions {
+        let text = std::fs::read_to_string(dir.join(v)).unwrap();
+        assert!(text.ends_with('\n'), "{v} ends inside a line");
+        for line in text.lines() {
+            let (tid, kind, size) = parse_record(line);
+            if tid == pid {
+                continue;
+            }
+            let w = workers.entry(tid).or_default();
+            match kind.as_str() {
+                "malloc" => w.0.push(size),
+                "free" => w.1 += 1,
+                "thread_done" => w.2 += 1,
+                _ => panic!("{line}"),
+            }
+        }
+    }
+    // The thread the program starts before its mode (records_before_the_mode), then the four.
+    let first = workers
+        .iter()
+        .find(|(_, w)| w.1 == 3)
+        .map(|(tid, _)| *tid)
+        .expect("the first thread");
+    assert_eq!(workers.remove(&first), Some((vec![10, 11, 12], 3, 1)));
+    assert_eq!(workers.len(), 4, "{:?}", workers.keys());
+    for (tid, (mut sizes, frees, done)) in workers {
+        sizes.sort();
+        assert!(
+            sizes.iter().copied().eq(1..=20_000),
+            "thread {tid}: {} mallocs",
+            sizes.len()
+        );
+        assert_eq!((frees, done), (20_000, 1), "thread {tid}");
+    }
+}
+
+/// Present bytes come from mincore() (Android 17, current-aosp §2), 2048 pages a call: the values
+/// of the pagemap method for resident and untouched pages, and when a call fails (pages of the
+/// block unmapped behind the allocator's back) `mincore failed: <strerror>` and the bytes of the
+/// calls before it — where the pagemap method said -1.
+#[test]
+fn present_bytes_come_from_mincore_with_its_partial_count() {
+    let (file, options) = recording_on_exit("record-present");
+    let (pid, out) = run(&options, &["present"]);
+    assert_eq!(
+        malloc_debug_messages(&out),
+        ["mincore failed: Out of memory"]
+    );
+    let offset: usize = stderr_line(&out, "offset ").trim().parse().unwrap();
+    let mut expected = records_before_the_mode(&stderr_line(&out, "usable "));
+    expected.extend([
+        "MAIN: malloc P 1048576 S E".to_string(),
+        // The first page from the block's start, then two whole pages.
+        format!("MAIN: free P S E {}", 3 * 4096 - offset),
+        "MAIN: malloc P 12582912 S E".to_string(),
+        // The first call's 2048 pages, from the block's start; the second call failed.
+        format!("MAIN: free P S E {}", 2048 * 4096 - offset),
+        "MAIN: free P S E 4104".to_string(),
+    ]);
+    assert_eq!(normalise(&exit_records(&file, pid), pid), expected);
+}
+
+/// A target the reference's open(O_NOFOLLOW) refuses — a symlink, a directory — is reported with
+/// its message and errno, nothing is written through it, and the entries are kept: the exit-time
+/// file has them all.
+#[test]
+fn a_refused_target_is_reported_and_its_records_kept() {
+    for (what, error) in [
+        ("symlink", "Too many symbolic links encountered"),
+        ("directory", "Is a directory"),
+    ] {
+        let (file, options) = recording_on_exit(&format!("record-refused-{what}"));
+        let elsewhere = file.with_file_name("elsewhere");
+        match what {
+            "symlink" => std::os::unix::fs::symlink(&elsewhere, &file).unwrap(),
+            _ => std::fs::create_dir(&file).unwrap(),
+        }
+        let (pid, out) = run(&options, &["signal"]);
+        assert_eq!(
+            malloc_debug_messages(&out),
+            [format!(
+                "Cannot create record alloc file {}: {error}",
+                file.display()
+            )],
+            "{what}"
+        );
+        assert!(!elsewhere.exists(), "{what}: nothing written through it");
+        let mut expected = records_before_the_mode(&stderr_line(&out, "usable "));
+        expected.extend(
+            [
+                "MAIN: malloc P 1 S E",
+                "MAIN: free P S E 24",
+                "MAIN: free P S E 4104",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(
+            normalise(&exit_records(&file, pid), pid),
+            expected,
+            "{what}"
+        );
+        let left: Vec<_> = std::fs::read_dir(file.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "{what}: no temporary left: {left:?}");
+    }
 }

@@ -1,13 +1,15 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
- * Usage: malloc_test [leak|bugs|fork|fork-dlopen|park|unwind|leaks N|errno]
+ * Usage: malloc_test [leak|bugs|fork|fork-dlopen|park|unwind|leaks N|errno|record]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free/mallopt, prints one
  * line per check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that
  * libc's exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation
  * is left live (for leak_track). With "leaks N", N blocks of 1..N bytes are left live and fds 0-2
  * are closed before exit, as some programs (and some libcs) do before debug_finalize runs: the
- * exit-time records must still reach the log. With "errno", see errno_test; "fork", fork_test;
- * "fork-dlopen", fork_dlopen_test; "park" and "unwind", park_test and unwind_test. Prototypes
- * are declared by hand: no bionic headers here. */
+ * exit-time records must still reach the log. With "record", SIGRTMAX-18 (46) is raised and the
+ * program leaves through _exit without allocating: the record_allocs file must have been written
+ * by the signal's handler. With "errno", see errno_test; "fork", fork_test; "fork-dlopen",
+ * fork_dlopen_test; "park" and "unwind", park_test and unwind_test. Prototypes are declared by
+ * hand: no bionic headers here. */
 
 typedef unsigned long size_t;
 
@@ -433,6 +435,12 @@ int main(int argc, char** argv, char** envp) {
     close(1);
     close(2);
     exit(failures == 0 ? 0 : 1);
+  }
+
+  if (argc > 1 && strcmp(argv[1], "record") == 0) {
+    kill(getpid(), 46);
+    dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
+    _exit(failures == 0 ? 0 : 1);
   }
 
   dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");

@@ -1,12 +1,26 @@
-//! The entry array: fixed capacity, mapped once at start-up (untouched pages cost nothing),
-//! appended through an atomic index; a write closes the gate, so that calls arriving meanwhile
-//! wait for it (and are recorded after it, spec §11.6), and waits for calls filling their entry.
+//! The entry ring: fixed capacity, mapped once at start-up (untouched pages cost nothing), and
+//! lock-free on both sides, so that the writer may run inside the SIGRTMAX-18 handler (spec
+//! §7.5) while other threads — or the very thread it interrupted — are half-way through a call.
+//!
+//! Every call takes a *ticket* (a 64-bit count that never wraps in practice) by a compare-and-swap
+//! on `next`; ticket `t` lives in slot `t % capacity`. `low` is the first ticket not yet consumed
+//! by a successful write, and a reservation succeeds only while `t < low + capacity`: the slot's
+//! previous ticket has been written out, so the ring holds at most `capacity` entries that are
+//! not in a file yet, as the reference's array does (its index goes back to 0 only after a
+//! successful write).
+//!
+//! Each slot has a state word `(ticket + 1) << 2 | tag` (zero: never used). The call that holds
+//! the ticket fills the entry and then publishes it with one release store; until then the word
+//! still names an older ticket, so a writer that finds it skips the entry and leaves it for the
+//! next write — never torn, never lost. Writers (one at a time, see `format.rs`) mark what they
+//! wrote and, once the file is in place, consume it; `low` then moves over the consumed prefix.
+//! An entry a reservation never filled (a call that failed its checks) is marked abandoned:
+//! skipped when writing, consumed like a written one.
 
 use crate::log::log_info;
 use crate::pages;
-use crate::sync::{Gate, GateGuard};
-use core::ptr::NonNull;
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Entry types, numbered as memory_trace::Entry's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +52,7 @@ impl Kind {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Entry {
     pub tid: i32,
-    /// `Kind as u8`; `UNFILLED` in memory until the call publishes the entry.
+    /// `Kind as u8`.
     pub kind: u8,
     pub ptr: u64,
     pub size: u64,
@@ -49,121 +63,264 @@ pub struct Entry {
     pub end_ns: u64,
 }
 
-/// Stored kinds are offset by one so that zeroed memory reads as "reserved, never filled".
-const UNFILLED: u8 = 0;
+/// One slot: 64 bytes, so slots never share a cache line.
+#[repr(C, align(64))]
+struct Slot {
+    state: AtomicU64,
+    entry: UnsafeCell<Entry>,
+}
+
+// Tags of the state word.
+/// Written out and in a file: the slot is free for ticket + capacity.
+const CONSUMED: u64 = 0;
+/// Filled by its call: a writer may write it.
+const PUBLISHED: u64 = 1;
+/// Reserved and never filled (a call that failed its checks): skipped, then consumed.
+const ABANDONED: u64 = 2;
+/// Written into a file that is not in place yet.
+const WRITING: u64 = 3;
+
+const fn word(ticket: u64, tag: u64) -> u64 {
+    ((ticket + 1) << 2) | tag
+}
 
 pub struct Buffer {
-    entries: AtomicPtr<Entry>,
-    capacity: AtomicUsize,
-    next: AtomicUsize,
-    gate: Gate,
+    slots: AtomicPtr<Slot>,
+    capacity: AtomicU64,
+    next: AtomicU64,
+    low: AtomicU64,
 }
 
 pub static BUFFER: Buffer = Buffer {
-    entries: AtomicPtr::new(core::ptr::null_mut()),
-    capacity: AtomicUsize::new(0),
-    next: AtomicUsize::new(0),
-    gate: Gate::new(),
+    slots: AtomicPtr::new(core::ptr::null_mut()),
+    capacity: AtomicU64::new(0),
+    next: AtomicU64::new(0),
+    low: AtomicU64::new(0),
 };
 
-/// A reserved entry; holding it keeps a write from starting until the entry is filled.
-pub struct Slot {
-    index: usize,
-    _writing_waits: GateGuard,
+/// A reserved entry: the call that holds it must `fill` or `abandon` it.
+pub struct Ticket(u64);
+
+/// The tickets a write covers: `[from, to)`.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch {
+    from: u64,
+    to: u64,
+}
+
+#[cfg(test)]
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.from == self.to
+    }
 }
 
 impl Buffer {
     pub fn init(&'static self, capacity: usize) -> bool {
-        let Some(bytes) = capacity.checked_mul(size_of::<Entry>()) else {
+        let Some(bytes) = capacity.checked_mul(size_of::<Slot>()) else {
             return false;
         };
         let Some(p) = pages::map(bytes) else {
             return false;
         };
-        self.entries.store(p.as_ptr().cast(), Ordering::Release);
-        self.capacity.store(capacity, Ordering::Release);
+        self.slots.store(p.as_ptr().cast(), Ordering::Release);
+        self.capacity.store(capacity as u64, Ordering::Release);
         true
     }
 
-    /// The next entry, or None once the array is full. While a write is in progress the call
-    /// waits for it (spec §11.6: calls made during a write are recorded after it); the writing
-    /// thread itself never gets here (it is marked, its allocations are not intercepted).
-    #[inline]
-    pub fn reserve(&'static self) -> Option<Slot> {
-        let guard = self.gate.enter();
+    fn slot(&self, ticket: u64) -> &Slot {
         let capacity = self.capacity.load(Ordering::Relaxed);
-        // Past the end the index keeps growing harmlessly: usize does not wrap in practice.
-        let index = self.next.fetch_add(1, Ordering::Relaxed);
-        if index >= capacity {
-            return None;
-        }
-        if index + 1 == capacity {
-            log_info!("Maximum number of records added, all new operations will be dropped.");
-        }
-        Some(Slot {
-            index,
-            _writing_waits: guard,
-        })
-    }
-
-    pub fn fill(&self, slot: Slot, mut entry: Entry) {
-        entry.kind += 1;
-        // SAFETY: `slot.index` < capacity was reserved by this thread alone; the mapping lives
-        // for the process; a writer reads it only after the slot's gate guard is dropped.
+        // SAFETY: `capacity` is non-zero once a ticket exists (reserve checks it), the mapping
+        // holds `capacity` zero-initialised slots for the life of the process, and the index is
+        // below `capacity`. Slots are only accessed through their atomic word or, for the entry,
+        // by the ticket's owner / a writer as the state word allows (module docs).
         unsafe {
-            self.entries
-                .load(Ordering::Relaxed)
-                .add(slot.index)
-                .write(entry)
-        };
-    }
-
-    pub fn release(&self, _slot: Slot) {}
-
-    /// Closes the gate and waits for calls filling entries; returns the filled prefix.
-    pub fn begin_write(&self) -> &[Entry] {
-        self.gate.close();
-        let n = self
-            .next
-            .load(Ordering::Acquire)
-            .min(self.capacity.load(Ordering::Acquire));
-        match NonNull::new(self.entries.load(Ordering::Acquire)) {
-            // SAFETY: the first `n` entries were reserved; every reserving call has finished
-            // (the gate is closed and drained), so nothing writes them now.
-            Some(p) => unsafe { core::slice::from_raw_parts(p.as_ptr(), n) },
-            None => &[],
+            &*self
+                .slots
+                .load(Ordering::Acquire)
+                .add((ticket % capacity) as usize)
         }
     }
 
-    /// Ends a write: with `clear`, the entries are dropped (their pages given back) and the
-    /// index starts over.
-    pub fn end_write(&self, clear: bool) {
-        if clear {
-            let n = self.next.swap(0, Ordering::AcqRel);
-            let n = n.min(self.capacity.load(Ordering::Acquire));
-            let p = self.entries.load(Ordering::Acquire);
-            if !p.is_null() && n > 0 {
-                // SAFETY: zeroing the used prefix of our own mapping; no call is filling it
-                // (the gate is still closed).
-                unsafe { core::ptr::write_bytes(p, 0, n) };
+    /// The next ticket, or None while the ring is full (the reference's "all new operations will
+    /// be dropped" until a write empties it). Lock-free: never waits for another thread.
+    #[inline]
+    pub fn reserve(&self) -> Option<Ticket> {
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        let mut next = self.next.load(Ordering::Relaxed);
+        loop {
+            // `low` only grows: a stale value can refuse a ticket, never hand out a slot that is
+            // still in use.
+            let low = self.low.load(Ordering::Acquire);
+            if next >= low + capacity {
+                return None;
+            }
+            match self.next.compare_exchange_weak(
+                next,
+                next + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    if next + 1 == low + capacity {
+                        log_info!(
+                            "Maximum number of records added, all new operations will be dropped."
+                        );
+                    }
+                    return Some(Ticket(next));
+                }
+                Err(now) => next = now,
             }
         }
-        self.gate.open();
     }
 
-    /// Fork child: only the forking thread exists. A write another thread had in progress
-    /// will never end here, so the gate is reopened as well as drained.
+    /// Fills the ticket's entry and publishes it.
+    pub fn fill(&self, ticket: Ticket, entry: Entry) {
+        let slot = self.slot(ticket.0);
+        // SAFETY: the slot belongs to this ticket alone: its previous ticket was consumed (a
+        // reservation needs `ticket < low + capacity`), and no writer reads an entry whose word
+        // does not carry this ticket yet.
+        unsafe { slot.entry.get().write(entry) };
+        slot.state
+            .store(word(ticket.0, PUBLISHED), Ordering::Release);
+    }
+
+    /// Leaves the ticket's entry unfilled: skipped when writing, as the reference's UNKNOWN.
+    pub fn abandon(&self, ticket: Ticket) {
+        self.slot(ticket.0)
+            .state
+            .store(word(ticket.0, ABANDONED), Ordering::Release);
+    }
+
+    /// The tickets handed out and not yet consumed. Only one writer at a time may use a batch.
+    pub fn pending(&self) -> Batch {
+        Batch {
+            from: self.low.load(Ordering::Acquire),
+            to: self.next.load(Ordering::Acquire),
+        }
+    }
+
+    /// Whether the batch holds an entry a write would write.
+    pub fn has_published(&self, batch: Batch) -> bool {
+        (batch.from..batch.to)
+            .any(|t| self.slot(t).state.load(Ordering::Acquire) == word(t, PUBLISHED))
+    }
+
+    /// Calls `write` with each published entry of the batch in ticket order (stopping when it
+    /// returns false) and marks them as being written. Entries still being filled are skipped.
+    pub fn write_published(&self, batch: Batch, mut write: impl FnMut(&Entry) -> bool) {
+        for t in batch.from..batch.to {
+            let slot = self.slot(t);
+            if slot.state.load(Ordering::Acquire) != word(t, PUBLISHED) {
+                continue;
+            }
+            // SAFETY: published (acquire pairs with the filler's release): the filler is done
+            // and nobody writes the entry until this writer consumes it.
+            let entry = unsafe { &*slot.entry.get() };
+            if !write(entry) {
+                return;
+            }
+            slot.state.store(word(t, WRITING), Ordering::Relaxed);
+        }
+    }
+
+    /// Ends a write. `in_place`: the file holding the marked entries is in place, so they (and
+    /// the abandoned ones) are consumed and `low` moves over the consumed prefix. Otherwise they
+    /// are published again, for a later write.
+    pub fn end_write(&self, batch: Batch, in_place: bool) {
+        for t in batch.from..batch.to {
+            let state = &self.slot(t).state;
+            let now = state.load(Ordering::Acquire);
+            if now == word(t, WRITING) {
+                let tag = if in_place { CONSUMED } else { PUBLISHED };
+                state.store(word(t, tag), Ordering::Relaxed);
+            } else if in_place && now == word(t, ABANDONED) {
+                state.store(word(t, CONSUMED), Ordering::Relaxed);
+            }
+        }
+        let mut low = batch.from;
+        while low < batch.to && self.slot(low).state.load(Ordering::Relaxed) == word(low, CONSUMED)
+        {
+            low += 1;
+        }
+        // Release: a reservation that sees the new `low` sees the slots consumed.
+        self.low.store(low, Ordering::Release);
+    }
+
+    /// Fork child: only the forking thread exists, so entries other threads had reserved will
+    /// never be filled; they are abandoned rather than kept pending for ever.
     pub fn reset_in_child(&self) {
-        self.gate.reset_in_child();
-        self.gate.open();
+        let batch = self.pending();
+        for t in batch.from..batch.to {
+            let state = &self.slot(t).state;
+            let now = state.load(Ordering::Acquire);
+            if now >> 2 != t + 1 {
+                state.store(word(t, ABANDONED), Ordering::Release);
+            } else if now & 3 == WRITING {
+                // A write in progress in another thread: it will never finish here.
+                state.store(word(t, PUBLISHED), Ordering::Release);
+            }
+        }
     }
 }
 
-/// The entry's kind, or None for a reserved entry that was never filled.
+/// The entry's kind, or None for a kind no call records.
 pub fn kind_of(e: &Entry) -> Option<Kind> {
-    if e.kind == UNFILLED {
-        None
-    } else {
-        Kind::from_u8(e.kind - 1)
+    Kind::from_u8(e.kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(tid: i32) -> Entry {
+        Entry {
+            tid,
+            ..Entry::default()
+        }
+    }
+
+    fn written(b: &'static Buffer, in_place: bool) -> Vec<i32> {
+        let batch = b.pending();
+        let mut tids = Vec::new();
+        b.write_published(batch, |e| {
+            tids.push(e.tid);
+            true
+        });
+        b.end_write(batch, in_place);
+        tids
+    }
+
+    #[test]
+    fn unfilled_entries_wait_for_the_next_write_and_capacity_counts_them() {
+        static B: Buffer = Buffer {
+            slots: AtomicPtr::new(core::ptr::null_mut()),
+            capacity: AtomicU64::new(0),
+            next: AtomicU64::new(0),
+            low: AtomicU64::new(0),
+        };
+        assert!(B.init(4));
+        let a = B.reserve().unwrap();
+        let slow = B.reserve().unwrap();
+        let c = B.reserve().unwrap();
+        let d = B.reserve().unwrap();
+        assert!(B.reserve().is_none(), "full");
+        B.fill(a, entry(1));
+        B.fill(c, entry(3));
+        B.abandon(d);
+        // A refused file keeps everything.
+        assert_eq!(written(&B, false), [1, 3]);
+        assert_eq!(written(&B, true), [1, 3]);
+        // Only the first slot is free: the second is still being filled.
+        let e = B.reserve().unwrap();
+        assert!(B.reserve().is_none());
+        B.fill(slow, entry(2));
+        B.fill(e, entry(5));
+        assert_eq!(written(&B, true), [2, 5]);
+        assert!(B.pending().is_empty());
+        for tid in 6..10 {
+            B.fill(B.reserve().unwrap(), entry(tid));
+        }
+        assert_eq!(written(&B, true), [6, 7, 8, 9]);
     }
 }

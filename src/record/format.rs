@@ -1,56 +1,81 @@
-//! The record file (spec §7.3, §7.5): one text line per filled entry, written whole under a
-//! temporary name and renamed into place.
+//! The record file (spec §7.3, §7.5): one text line per published entry, written whole under a
+//! temporary name and renamed into place (src/output.rs). Runs in the SIGRTMAX-18 handler, so it
+//! allocates nothing, takes no lock and keeps its stack small; `super::writer` lets one write
+//! run at a time.
 
 use super::buffer::{BUFFER, Entry, Kind, kind_of};
 use crate::errors::strerror;
 use crate::fmt::{Bytes, StackBuf};
 use crate::log::{log_error, log_info};
-use crate::output::{FdWriter, OutputFile};
+use crate::output::{BufWriter, OutputFile};
 use crate::platform;
-use crate::state::State;
 use core::fmt::Write;
 
-pub fn write_file(_state: &State, file: &[u8], at_exit: bool) {
-    let entries = BUFFER.begin_write();
-    if entries.is_empty() {
-        log_info!("No alloc entries to write.");
-        BUFFER.end_write(false);
-        return;
+/// How a write ended, for `report` (logged outside `write_file`'s frame: a log record needs
+/// 8 KiB of stack, and this runs in a signal handler, perhaps on a 16 KiB alternate stack).
+pub enum Outcome {
+    NothingToWrite,
+    Placed,
+    /// The file could not be created or put in place (errno).
+    CannotCreate(i32),
+    /// A write failed (errno).
+    WriteFailed(i32),
+}
+
+/// Writes the pending entries to `file` followed by `suffix`. A file that cannot be created or
+/// put in place, or whose writes fail, leaves its entries for a later write (spec §7.5); so do
+/// entries still being filled by their calls.
+#[inline(never)]
+pub fn write_file(file: &[u8], suffix: &[u8]) -> Outcome {
+    let batch = BUFFER.pending();
+    // Entries that are all still being filled (or abandoned) would make an empty file that
+    // replaces the last one: they wait for the next write instead.
+    if !BUFFER.has_published(batch) {
+        return Outcome::NothingToWrite;
     }
-    let mut path = StackBuf::<4200>::new();
-    path.push_bytes(file);
-    if at_exit {
-        let _ = write!(path, ".{}", platform::getpid());
-    }
-    let Some(out) = OutputFile::create(path.as_bytes(), 0o755) else {
-        log_error!(
-            "Cannot create record alloc file {}: {}",
-            Bytes(path.as_bytes()),
-            strerror(platform::errno())
-        );
-        // Kept: a later dump can still write them.
-        BUFFER.end_write(false);
-        return;
+    let out = match OutputFile::open(file, suffix, 0o755) {
+        Ok(out) => out,
+        Err(errno) => return Outcome::CannotCreate(errno),
     };
-    let mut w = FdWriter::new(out.fd());
-    for e in entries {
+    let mut w = BufWriter::<1024>::new(out.fd());
+    BUFFER.write_published(batch, |e| {
         let mut line = StackBuf::<256>::new();
         if format_line(e, &mut line) {
             w.write_bytes(line.as_bytes());
         }
+        w.ok()
+    });
+    let written = w.flush();
+    let write_errno = platform::errno();
+    let placed = out.place(written);
+    BUFFER.end_write(batch, placed.is_ok());
+    match placed {
+        Ok(()) => Outcome::Placed,
+        Err(_) if !written => Outcome::WriteFailed(write_errno),
+        Err(errno) => Outcome::CannotCreate(errno),
     }
-    let ok = w.flush();
-    if !ok {
-        log_error!(
-            "Failed to write record alloc information: {}",
-            strerror(platform::errno())
-        );
-    }
-    out.commit(ok);
-    BUFFER.end_write(true);
 }
 
-/// One entry's line, `\n` included; false for a reserved entry that was never filled.
+/// Logs a write's outcome with the reference's messages (spec §7.5).
+#[inline(never)]
+pub fn report(outcome: Outcome, file: &[u8], suffix: &[u8]) {
+    match outcome {
+        Outcome::Placed => {}
+        Outcome::NothingToWrite => log_info!("No alloc entries to write."),
+        Outcome::CannotCreate(errno) => log_error!(
+            "Cannot create record alloc file {}{}: {}",
+            Bytes(file),
+            Bytes(suffix),
+            strerror(errno)
+        ),
+        Outcome::WriteFailed(errno) => log_error!(
+            "Failed to write record alloc information: {}",
+            strerror(errno)
+        ),
+    }
+}
+
+/// One entry's line, `\n` included; false for an entry of no known kind.
 pub fn format_line(e: &Entry, out: &mut impl Write) -> bool {
     let Some(kind) = kind_of(e) else {
         return false;
@@ -101,7 +126,7 @@ mod tests {
     fn line(kind: Kind, ptr: u64, size: u64, u: u64, present: i64, s: u64, e: u64) -> String {
         let entry = Entry {
             tid: 186,
-            kind: kind as u8 + 1,
+            kind: kind as u8,
             ptr,
             size,
             u,
@@ -149,7 +174,7 @@ mod tests {
         );
         let mut done = Entry {
             tid: 187,
-            kind: Kind::ThreadDone as u8 + 1,
+            kind: Kind::ThreadDone as u8,
             end_ns: 999,
             present: -1,
             ..Entry::default()
@@ -157,7 +182,7 @@ mod tests {
         let mut out = String::new();
         assert!(format_line(&done, &mut out));
         assert_eq!(out, "187: thread_done 0x0 999\n");
-        done.kind = 0;
+        done.kind = 6;
         assert!(!format_line(&done, &mut String::new()));
     }
 }

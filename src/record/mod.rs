@@ -1,36 +1,32 @@
-//! record_allocs (spec §7): one entry per allocation call in a preallocated array, written out
-//! as text on SIGRTMAX-18 and, with record_allocs_on_exit, at exit.
+//! record_allocs (spec §7): one entry per allocation call in a preallocated ring, written out
+//! as text on SIGRTMAX-18 — inside the signal handler, as the reference does (spec §7.5, §8) —
+//! and, with record_allocs_on_exit, at exit.
 //!
-//! Appending costs one `fetch_add` on the shared index plus a pass through a sharded gate (no
-//! lock shared by all threads): a call reserves its slot before the operation (so the file keeps
-//! the order in which calls started) and publishes the filled entry afterwards.
-//!
-//! The signal handler only sets a flag; the file is written at the next recorded call, before it
-//! reserves its own entry. Writing in
-//! the handler, as the reference does, would format and write while the interrupted thread may be
-//! half-way through filling an entry (or holding the index), and the handler cannot wait for it.
+//! Appending is lock-free (`buffer.rs`): a compare-and-swap on the shared ticket count before
+//! the operation (so the file keeps the order in which calls started) and one release store of
+//! the filled entry after it. The writer never waits for a call: entries still being filled when
+//! it runs are left for the next write. Writes are serialised without waiting either
+//! (`writer.rs`): a write requested while another runs is done by the running writer when it
+//! finishes.
 
 mod buffer;
 mod format;
 mod present;
 mod thread;
+mod writer;
 
 use crate::config::bits;
-use crate::signals::RECORD_DUMP_PENDING;
 use crate::state::State;
 pub use buffer::Kind;
-use buffer::{BUFFER, Slot};
-use core::sync::atomic::Ordering;
+use buffer::{BUFFER, Ticket};
+pub use writer::{on_signal, write_at_exit};
 
-/// Sets up the entry array, the thread-exit key and /proc/self/pagemap. False on failure.
+/// Sets up the entry ring and the thread-exit key. False on failure.
 pub fn init(state_config: &crate::config::Config<'_>) -> bool {
     if !state_config.has(bits::RECORD_ALLOCS) {
         return true;
     }
-    BUFFER.init(state_config.record_allocs_num_entries) && thread::init() && {
-        present::init();
-        true
-    }
+    BUFFER.init(state_config.record_allocs_num_entries) && thread::init()
 }
 
 /// The monotonic clock in nanoseconds (entries' timestamps).
@@ -46,12 +42,12 @@ pub fn now_ns() -> u64 {
 
 /// An entry being recorded: reserved before the operation, filled after it.
 pub struct Pending {
-    slot: Option<Slot>,
+    ticket: Option<Ticket>,
     pub start_ns: u64,
 }
 
-/// Reserves the next entry (none when recording is off or the array is full; a call arriving
-/// during a write waits for it) and notes the start time.
+/// Reserves the next entry (none when recording is off or the ring is full) and notes the start
+/// time.
 #[inline(always)]
 pub fn begin(state: &State) -> Option<Pending> {
     if !state.has(bits::RECORD_ALLOCS) {
@@ -62,19 +58,11 @@ pub fn begin(state: &State) -> Option<Pending> {
 
 /// Out of line: every allocation call passes `begin`, only recording processes go further.
 #[inline(never)]
-fn begin_recording(state: &State) -> Option<Pending> {
-    // The write waits for every reserved entry to be filled, so it runs here, before this call
-    // reserves one.
-    if RECORD_DUMP_PENDING.load(Ordering::Relaxed)
-        && RECORD_DUMP_PENDING.swap(false, Ordering::AcqRel)
-    {
-        // Inside an allocation call that succeeds: errno stays the caller's.
-        crate::platform::keeping_errno(|| write_on_signal(state));
-    }
+fn begin_recording(_state: &State) -> Option<Pending> {
     thread::note_thread();
-    let slot = BUFFER.reserve();
+    let ticket = BUFFER.reserve();
     Some(Pending {
-        slot,
+        ticket,
         start_ns: now_ns(),
     })
 }
@@ -84,7 +72,15 @@ pub fn present_bytes(state: &State, pointer: usize) -> i64 {
     if pointer == 0 {
         return -1;
     }
-    present::bytes(pointer, crate::alloc::usable_size(state, pointer))
+    // The size lookup reads the header in front of the block (ours, or the native allocator's),
+    // as the reference's does before it measures: see present.rs.
+    let len = crate::alloc::usable_size(state, pointer);
+    let read = if state.layout.header {
+        present::Read::before(state.layout.pointer_offset)
+    } else {
+        present::Read::native(pointer, len)
+    };
+    present::bytes(pointer, len, read)
 }
 
 /// What a finished call records (spec §7.2).
@@ -100,14 +96,14 @@ pub struct Done {
 
 impl Pending {
     pub fn finish(self, done: Done) {
-        let Some(slot) = self.slot else { return };
+        let Some(ticket) = self.ticket else { return };
         let (start, end) = if done.untimed {
             (0, 0)
         } else {
             (self.start_ns, now_ns())
         };
         BUFFER.fill(
-            slot,
+            ticket,
             buffer::Entry {
                 tid: thread::tid(),
                 kind: done.kind as u8,
@@ -123,27 +119,14 @@ impl Pending {
 
     /// Leaves the reserved entry unfilled (skipped when writing, as the reference's UNKNOWN).
     pub fn abandon(self) {
-        if let Some(slot) = self.slot {
-            BUFFER.release(slot);
+        if let Some(ticket) = self.ticket {
+            BUFFER.abandon(ticket);
         }
     }
 }
 
-/// SIGRTMAX-18, at the next malloc/free: the entries to the record file.
-#[cold]
-#[inline(never)]
-pub fn write_on_signal(state: &State) {
-    let _foreign = crate::sync::DisabledScope::enter();
-    format::write_file(state, state.config.record_allocs_file, false);
-}
-
-/// At exit with record_allocs_on_exit: `<record file>.<pid>`.
-pub fn write_at_exit(state: &State) {
-    format::write_file(state, state.config.record_allocs_file, true);
-}
-
-/// Fork child: only the forking thread exists; in-flight counts of others are gone.
+/// Fork child: only the forking thread exists; entries other threads were filling never will be.
 pub fn reset_in_child() {
     BUFFER.reset_in_child();
-    present::reopen_in_child();
+    writer::reset_in_child();
 }

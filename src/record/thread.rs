@@ -72,9 +72,9 @@ extern "C" fn thread_exit(value: *mut c_void) {
         set(value + 1);
         return;
     }
-    if let Some(slot) = BUFFER.reserve() {
+    if let Some(ticket) = BUFFER.reserve() {
         BUFFER.fill(
-            slot,
+            ticket,
             Entry {
                 tid: (value >> ROUND_BITS) as i32,
                 kind: Kind::ThreadDone as u8,

@@ -1,8 +1,12 @@
 // A program for record_allocs: every recorded call type once on the main thread, then a thread
 // that allocates and exits (its thread_done line). With an argument it raises SIGRTMAX-18 and
 // allocates, which writes the records so far; the rest are written at exit.
-// Usage: record [signal|stats|fork|threads] (stats: SIGRTMAX-15 instead; fork: a child allocates) ; prints "pid <main thread id>" first.
+// Usage: record [signal|stats|fork|threads|idle|storm|present] (stats: SIGRTMAX-15 instead; fork: a
+// child allocates; present: blocks partly resident, partly unmapped; idle: waits in sigsuspend() for the test's signal; storm: see below) ; prints
+// "pid <main thread id>" first.
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,14 +15,73 @@
 #include <signal.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include <sys/mman.h>
+#include <stdint.h>
 // 20,000 malloc/free pairs: 40,000 recorded calls per thread.
 static void* hammer(void* a) {
   (void)a;
   for (int i = 0; i < 20000; i++) free(malloc(16 + (i & 255)));
   return NULL;
 }
+// storm: every version of a file the library puts in place (it renames a finished temporary
+// file over the final name) is also linked as <final name>.v<N>, so the test sees every write,
+// not only the last one. The library's renameat and rename calls bind to these definitions
+// (the program is linked with -rdynamic).
+static int versions, keep_versions;
+static void keep_version(int dir, const char* temp, const char* name) {
+  if (!keep_versions) return;
+  char link[512];
+  size_t n = strlen(name);
+  if (n > 480) return;
+  memcpy(link, name, n);
+  memcpy(link + n, ".v", 2);
+  // Decimal by hand: snprintf is not async-signal-safe, and this runs in signal handlers.
+  char digits[16];
+  int v = __atomic_fetch_add(&versions, 1, __ATOMIC_SEQ_CST), d = 0;
+  do { digits[d++] = (char)('0' + v % 10); v /= 10; } while (v);
+  size_t at = n + 2;
+  while (d) link[at++] = digits[--d];
+  link[at] = 0;
+  linkat(dir, temp, dir, link, 0);
+}
+int renameat(int olddir, const char* old, int newdir, const char* new) {
+  keep_version(olddir, old, new);
+  return (int)syscall(SYS_renameat2, olddir, old, newdir, new, 0);
+}
+int rename(const char* old, const char* new) {
+  keep_version(AT_FDCWD, old, new);
+  return (int)syscall(SYS_renameat2, AT_FDCWD, old, AT_FDCWD, new, 0);
+}
+
+// storm: 20,000 malloc/free pairs with sizes 1..20000, so that each malloc line says which call
+// it was; the threads' ids for the signal thread.
+static pid_t counted_tids[5];
+static void* counted(void* a) {
+  __atomic_store_n(&counted_tids[(long)a], (pid_t)syscall(SYS_gettid), __ATOMIC_SEQ_CST);
+  for (int i = 1; i <= 20000; i++) free(malloc(i));
+  return NULL;
+}
+// Signals every thread of the process in turn, as fast as it can, until the process exits.
+static void* storm(void* a) {
+  (void)a;
+  pid_t self = (pid_t)syscall(SYS_gettid), pid = getpid();
+  for (unsigned i = 0;; i++) {
+    pid_t target = i % 6 == 5 ? self : __atomic_load_n(&counted_tids[i % 6], __ATOMIC_SEQ_CST);
+    if (target) syscall(SYS_tgkill, pid, target, SIGRTMAX - 18);
+    sched_yield();
+  }
+  return NULL;
+}
+
 static void* worker(void* a) { (void)a; for (int i = 0; i < 3; i++) free(malloc(10 + i)); return NULL; }
 int main(int argc, char** argv) {
+  // The library's handlers run on the alternate signal stack (SA_ONSTACK): give the main thread
+  // one of bionic's size (16 KiB), with an inaccessible page below it, so that a handler that
+  // needs more stack than a device gives it crashes here. mmap, not malloc: nothing recorded.
+  char* alt = mmap(NULL, 4096 + 16384, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  mprotect(alt, 4096, PROT_NONE);
+  stack_t ss = {.ss_sp = alt + 4096, .ss_size = 16384, .ss_flags = 0};
+  sigaltstack(&ss, NULL);
   printf("pid %d\n", getpid());
   fflush(stdout);
   void* p = malloc(100); free(p);
@@ -34,12 +97,54 @@ int main(int argc, char** argv) {
   pthread_t t; pthread_create(&t, NULL, worker, NULL); pthread_join(t, NULL);
   if (argc > 1 && strcmp(argv[1], "threads") == 0) {
     // Four threads allocate while the records are written on a signal: the calls made during
-    // the write wait for it and are recorded after it (spec §11.6).
+    // the write are in this file or the next, once.
     pthread_t h[4];
     for (int i = 0; i < 4; i++) pthread_create(&h[i], NULL, hammer, NULL);
     usleep(5000);
     raise(SIGRTMAX - 18);
     for (int i = 0; i < 4; i++) pthread_join(h[i], NULL);
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "idle") == 0) {
+    // The records so far must be written by the signal's handler while the program waits:
+    // nothing allocates after it. The signal is blocked until the wait starts, so that one
+    // arriving early is not handled before the wait, which would then never end.
+    sigset_t block, none;
+    sigemptyset(&block);
+    sigaddset(&block, SIGRTMAX - 18);
+    sigprocmask(SIG_BLOCK, &block, &none);
+    sigdelset(&none, SIGRTMAX - 18);
+    write(1, "ready\n", 6);
+    sigsuspend(&none);
+    _exit(0);
+  }
+  if (argc > 1 && strcmp(argv[1], "storm") == 0) {
+    // Four threads make 40,000 recorded calls each while signals land on every thread, mid-call
+    // or not; then the process exits with the signals still coming, so the exit-time write
+    // runs beside signal writes.
+    keep_versions = 1;
+    counted_tids[0] = (pid_t)syscall(SYS_gettid);
+    pthread_t h[4], s;
+    pthread_create(&s, NULL, storm, NULL);
+    for (long i = 0; i < 4; i++) pthread_create(&h[i], NULL, counted, (void*)(i + 1));
+    for (int i = 0; i < 4; i++) pthread_join(h[i], NULL);
+    for (int i = 1; i < 5; i++) __atomic_store_n(&counted_tids[i], 0, __ATOMIC_SEQ_CST);
+    exit(0);
+  }
+  if (argc > 1 && strcmp(argv[1], "present") == 0) {
+    // Present bytes: a 1 MiB block (its own mapping) of which three pages were touched; then a
+    // 12 MiB block whose pages from 9 MiB on are unmapped before the free, so that the second
+    // mincore call (2048 pages each) fails. Prints the second block's offset in its page.
+    char* a = malloc(1 << 20);
+    a[0] = a[4096] = a[8192] = 1;
+    free(a);
+    char* b = malloc(12 << 20);
+    memset(b, 1, 12 << 20);
+    uintptr_t end = ((uintptr_t)b + malloc_usable_size(b) + 4095) & ~(uintptr_t)4095;
+    uintptr_t cut = ((uintptr_t)b + (9 << 20) + 4095) & ~(uintptr_t)4095;
+    munmap((void*)cut, end - cut);
+    fprintf(stderr, "offset %zu\n", (size_t)((uintptr_t)b & 4095));
+    free(b);
     return 0;
   }
   if (argc > 1 && strcmp(argv[1], "fork") == 0) {
