@@ -57,7 +57,7 @@ fn write_threadtime(prio: Priority, tag: &str, msg: &[u8]) {
         out.push_bytes(prefix.as_bytes());
         out.push_bytes(line);
         out.push_bytes(b"\n");
-        platform::write_stderr(out.as_bytes());
+        crate::log_file::write_or_stderr(out.as_bytes());
     }
 }
 

@@ -4,6 +4,7 @@
 //! in a forked child (scan.rs) so the process is stopped only for the fork; the calling thread
 //! waits for the child's answer on a pipe.
 
+pub mod classify;
 mod report;
 mod scan;
 

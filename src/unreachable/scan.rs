@@ -25,8 +25,8 @@ const BOUNCE: usize = 64 * 1024;
 const OURS_MAX: usize = 1024;
 
 /// Blocks sorted by address, and where to find the block containing an address.
-struct Blocks<'a> {
-    records: &'a [Record],
+pub(super) struct Blocks<'a> {
+    pub(super) records: &'a [Record],
     /// Per block, an address inside it that the native allocator itself points at (see
     /// `run`'s `allocator_marker`), or `usize::MAX`.
     markers: &'a [usize],
@@ -35,7 +35,7 @@ struct Blocks<'a> {
 }
 
 impl<'a> Blocks<'a> {
-    fn new(records: &'a [Record], markers: &'a [usize]) -> Self {
+    pub(super) fn new(records: &'a [Record], markers: &'a [usize]) -> Self {
         let low = records.first().map_or(0, |r| r.pointer);
         let high = records
             .iter()
@@ -53,7 +53,7 @@ impl<'a> Blocks<'a> {
     /// Index of the block with `start <= value < start + size`, unless `value` is the block's
     /// allocator marker.
     #[inline]
-    fn containing(&self, value: usize) -> Option<usize> {
+    pub(super) fn containing(&self, value: usize) -> Option<usize> {
         if value < self.low || value >= self.high {
             return None;
         }
@@ -68,28 +68,28 @@ impl<'a> Blocks<'a> {
 
 /// Fixed arrays in fresh mappings (the child must not call malloc: another thread of the parent
 /// may have held the allocator's lock at the fork).
-struct Array<T: Copy> {
+pub(super) struct Array<T: Copy> {
     ptr: core::ptr::NonNull<T>,
     len: usize,
 }
 
 impl<T: Copy> Array<T> {
-    fn new(len: usize) -> Option<Self> {
+    pub(super) fn new(len: usize) -> Option<Self> {
         let bytes = len.max(1).checked_mul(core::mem::size_of::<T>())?;
         Some(Array {
             ptr: pages::map(bytes)?.cast(),
             len,
         })
     }
-    fn slice(&mut self) -> &mut [T] {
+    pub(super) fn slice(&mut self) -> &mut [T] {
         // SAFETY: `len` elements of zeroed memory (a valid bit pattern for the integer and
         // plain-data types used here), owned by self.
         unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
-const UNMARKED: u8 = 0;
-const REACHABLE: u8 = 1;
+pub(super) const UNMARKED: u8 = 0;
+pub(super) const REACHABLE: u8 = 1;
 /// Unreachable, and already counted under some reported leak.
 const FOLDED: u8 = 2;
 
@@ -114,46 +114,9 @@ pub fn run(
     let blocks = Blocks::new(records, markers);
     let mut mark = Array::<u8>::new(n)?;
     let mut work = Array::<u32>::new(n)?;
-    let mut bounce = Array::<u8>::new(BOUNCE)?;
-    let mut ours = [(0usize, 0usize); OURS_MAX];
-    let mut n_ours = 0;
-    pages::for_each_ours(|start, len| {
-        if n_ours < OURS_MAX {
-            ours[n_ours] = (start, start + len);
-            n_ours += 1;
-        }
-    });
-    let ours = &mut ours[..n_ours];
-    ours.sort_unstable();
-    let maps = Maps::read_self()?;
-
     let mark = mark.slice();
     let work = work.slice();
-    let mut top = 0usize;
-
-    for e in maps.entries() {
-        if e.flags & (PROT_READ | PROT_WRITE) != PROT_READ | PROT_WRITE
-            || maps.name(e).starts_with(b"/dev/")
-        {
-            continue;
-        }
-        let start = if (e.start..e.end).contains(&stack_from) {
-            stack_from & !(WORD - 1)
-        } else {
-            e.start
-        };
-        for_each_root_range(start, e.end, ours, &blocks, |a, b| {
-            scan_foreign(a, b, bounce.slice(), |v| {
-                push(&blocks, mark, work, &mut top, v, REACHABLE)
-            });
-        });
-        // Drain as we go so the work list never holds more than the n blocks it was sized for.
-        while top > 0 {
-            top -= 1;
-            let r = blocks.records[work[top] as usize];
-            scan_block(&r, |v| push(&blocks, mark, work, &mut top, v, REACHABLE));
-        }
-    }
+    mark_from_roots(&blocks, mark, work, stack_from)?;
 
     let mut summary = Summary {
         allocations: n,
@@ -171,6 +134,54 @@ pub fn run(
     send(as_bytes(&summary));
     for leak in &leaks[..summary.reported] {
         send(as_bytes(leak));
+    }
+    Some(())
+}
+
+/// Marks REACHABLE every block reachable from the roots (see the module docs), transitively.
+/// `mark` and `work` have one slot per block; `None` when memory could not be mapped.
+pub(super) fn mark_from_roots(
+    blocks: &Blocks<'_>,
+    mark: &mut [u8],
+    work: &mut [u32],
+    stack_from: usize,
+) -> Option<()> {
+    let mut bounce = Array::<u8>::new(BOUNCE)?;
+    let mut ours = [(0usize, 0usize); OURS_MAX];
+    let mut n_ours = 0;
+    pages::for_each_ours(|start, len| {
+        if n_ours < OURS_MAX {
+            ours[n_ours] = (start, start + len);
+            n_ours += 1;
+        }
+    });
+    let ours = &mut ours[..n_ours];
+    ours.sort_unstable();
+    let maps = Maps::read_self()?;
+    let mut top = 0usize;
+
+    for e in maps.entries() {
+        if e.flags & (PROT_READ | PROT_WRITE) != PROT_READ | PROT_WRITE
+            || maps.name(e).starts_with(b"/dev/")
+        {
+            continue;
+        }
+        let start = if (e.start..e.end).contains(&stack_from) {
+            stack_from & !(WORD - 1)
+        } else {
+            e.start
+        };
+        for_each_root_range(start, e.end, ours, blocks, |a, b| {
+            scan_foreign(a, b, bounce.slice(), |v| {
+                push(blocks, mark, work, &mut top, v, REACHABLE)
+            });
+        });
+        // Drain as we go so the work list never holds more than the n blocks it was sized for.
+        while top > 0 {
+            top -= 1;
+            let r = blocks.records[work[top] as usize];
+            scan_block(&r, |v| push(blocks, mark, work, &mut top, v, REACHABLE));
+        }
     }
     Some(())
 }
@@ -252,7 +263,7 @@ fn scan_foreign(start: usize, end: usize, bounce: &mut [u8], mut f: impl FnMut(u
 }
 
 /// Every aligned word inside a live block (heap memory: readable while the block lives).
-fn scan_block(r: &Record, mut f: impl FnMut(usize)) {
+pub(super) fn scan_block(r: &Record, mut f: impl FnMut(usize)) {
     let words = r.size / WORD;
     for k in 0..words {
         // SAFETY: inside the block's `size` bytes, which the snapshot recorded as allocated.

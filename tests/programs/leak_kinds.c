@@ -1,0 +1,79 @@
+// A program whose heap at exit is known block by block, for the exit-time leak classification
+// (leak_unreachable). Every block has its own size so that the test can tell them apart.
+// Usage: leak_kinds simple | graph
+//   simple: 2 blocks reachable from globals (16, 24 bytes), 3 dropped ones (100, 200, 300).
+//   graph:  reachable: a global points 8 bytes into A (48), A -> B (56);
+//           lost chain C (64) -> D (72) -> E (80): C definitely, D and E indirectly lost;
+//           lost cycle F (88) <-> G (96): the lower-addressed one definitely lost, the other
+//           indirectly; H (104) points 40 bytes into I (112): H definitely, I indirectly lost.
+#include <stdlib.h>
+#include <string.h>
+
+void* volatile keep1;
+void* volatile keep2;
+
+#define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+__attribute__((noinline)) static void drop(size_t size) {
+  char* p = malloc(size);
+  memset(p, 0x5a, size);
+  KEEP(p);
+}
+
+// Runs `f` 2 KiB below the caller's frame: the dead frames it leaves (which may hold copies of
+// the pointers it dropped) are then well inside what scrub_stack overwrites, away from the
+// padding slots of scrub_stack's own frame, which its memset does not reach.
+__attribute__((noinline)) static void deep(void (*f)(size_t), size_t arg) {
+  volatile char pad[2048];
+  pad[0] = 0;
+  f(arg);
+  pad[1] = 0;
+}
+
+__attribute__((noinline)) static void graph(size_t unused) {
+  (void)unused;
+  char* a = malloc(48);
+  char* b = malloc(56);
+  memset(a, 0, 48);
+  memcpy(a, &b, sizeof b);
+  keep1 = a + 8;
+
+  char* c = calloc(1, 64);
+  char* d = calloc(1, 72);
+  char* e = calloc(1, 80);
+  memcpy(c, &d, sizeof d);
+  memcpy(d + 16, &e, sizeof e);
+
+  char* f = calloc(1, 88);
+  char* g = calloc(1, 96);
+  memcpy(f, &g, sizeof g);
+  memcpy(g + 8, &f, sizeof f);
+
+  char* h = calloc(1, 104);
+  char* i = calloc(1, 112);
+  char* inside = i + 40;
+  memcpy(h + 24, &inside, sizeof inside);
+  KEEP(c);
+  KEEP(h);
+}
+
+// Overwrites the dead frames the functions above left below main's, so no stale copy of a
+// dropped pointer survives on the stack.
+__attribute__((noinline)) static void scrub_stack(void) {
+  volatile char junk[8192];
+  memset((char*)junk, 0, sizeof junk);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "graph") == 0) {
+    deep(graph, 0);
+  } else {
+    keep1 = malloc(16);
+    keep2 = malloc(24);
+    deep(drop, 100);
+    deep(drop, 200);
+    deep(drop, 300);
+  }
+  scrub_stack();
+  return 0;
+}
