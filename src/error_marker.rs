@@ -36,7 +36,7 @@ pub fn leaks_reported(state: &State, count: usize) {
 
 fn append(path: &[u8], what: core::fmt::Arguments<'_>) {
     let mut line = StackBuf::<64>::new();
-    let _ = write!(line, "{} {what}\n", crate::platform::getpid());
+    let _ = writeln!(line, "{} {what}", crate::platform::getpid());
     let mut c_path = StackBuf::<4096>::new();
     c_path.push_bytes(path);
     let errno = crate::platform::errno();

@@ -75,6 +75,10 @@ fn stat_of(fd: i32) -> Option<(u64, u64)> {
     }
     // SAFETY: initialised by the successful fstat.
     let st = unsafe { st.assume_init() };
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "dev_t and ino_t are not u64 on every target"
+    )]
     Some((st.st_dev as u64, st.st_ino as u64))
 }
 

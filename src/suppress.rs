@@ -220,7 +220,7 @@ mod tests {
         assert!(matches(b"/usr/lib/*foo*$", b"/usr/lib/libfoo.so"));
         assert!(!matches(b"^/lib/", b"/usr/lib/libfoo.so"));
         // Backtracking past a false start.
-        assert!(matches(b"^aab", b"aaab") == false);
+        assert!(!matches(b"^aab", b"aaab"));
         assert!(matches(b"aab", b"aaab"));
         assert!(matches(b"^*aab$", b"aaab"));
         assert!(matches(b"", b"anything"));

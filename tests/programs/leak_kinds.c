@@ -1,13 +1,20 @@
 // A program whose heap at exit is known block by block, for the exit-time leak classification
 // (leak_unreachable). Every block has its own size so that the test can tell them apart.
-// Usage: leak_kinds simple | graph
+// Usage: leak_kinds simple | graph | io FILE | overflow | clean [STATUS]
 //   simple: 2 blocks reachable from globals (16, 24 bytes), 3 dropped ones (100, 200, 300).
 //   graph:  reachable: a global points 8 bytes into A (48), A -> B (56);
 //           lost chain C (64) -> D (72) -> E (80): C definitely, D and E indirectly lost;
 //           lost cycle F (88) <-> G (96): the lower-addressed one definitely lost, the other
 //           indirectly; H (104) points 40 bytes into I (112): H definitely, I indirectly lost.
+//   io:     writes to stdout and stderr, closes every descriptor above 2, opens FILE (which gets
+//           the lowest free number) and writes to it, then leaks as `simple` does.
+//   overflow: a one-byte heap overflow (freed: the guard check reports it), nothing leaked.
+//   clean:  nothing leaked; exits with STATUS (default 0).
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void* volatile keep1;
 void* volatile keep2;
@@ -27,7 +34,7 @@ __attribute__((noinline)) static void deep(void (*f)(size_t), size_t arg) {
   volatile char pad[2048];
   pad[0] = 0;
   f(arg);
-  pad[1] = 0;
+  KEEP(pad);
 }
 
 __attribute__((noinline)) static void graph(size_t unused) {
@@ -65,7 +72,28 @@ __attribute__((noinline)) static void scrub_stack(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && strcmp(argv[1], "graph") == 0) {
+  const char* mode = argc > 1 ? argv[1] : "simple";
+  if (strcmp(mode, "clean") == 0) {
+    return argc > 2 ? atoi(argv[2]) : 0;
+  }
+  if (strcmp(mode, "overflow") == 0) {
+    char* p = malloc(10);
+    KEEP(p);
+    // p[10], written through an index the compiler cannot see (strlen("overflow") + 2).
+    ((volatile char*)p)[strlen(mode) + 2] = 0;
+    free(p);
+    return 0;
+  }
+  if (strcmp(mode, "io") == 0 && argc > 2) {
+    printf("to stdout\n");
+    fflush(stdout);
+    fprintf(stderr, "to stderr\n");
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, "mine\n", 5) != 5) return 3;
+    // The descriptor stays open: the log must not end up in it.
+  }
+  if (strcmp(mode, "graph") == 0) {
     deep(graph, 0);
   } else {
     keep1 = malloc(16);
