@@ -325,14 +325,23 @@ pub(super) static OPTIONS: [OptionRow; 31] = [
         bits: LOG_ALLOCATOR_STATS_ON_EXIT,
     },
     // Extensions. The exit leak report classifies blocks (src/unreachable/classify.rs) and
-    // prints only the unreachable and indirectly lost ones; it implies leak_track.
+    // prints only the unreachable and indirectly lost ones; it implies leak_track, and
+    // fill_on_free unless that was given a size: a freed block keeps stale copies of pointers
+    // (glibc reuses freed memory slowly), which the scan of the heap would take for references
+    // and so call lost blocks reachable (`as` assembling a small file: 7 lost blocks found
+    // instead of valgrind's 15 without the fill, exactly valgrind's 15 with it).
     OptionRow {
         name: "leak_unreachable",
         alias: None,
         kind: Kind::Flag {
-            set: |c| c.leak_unreachable = true,
+            set: |c| {
+                c.leak_unreachable = true;
+                if c.fill_on_free_bytes == 0 {
+                    c.fill_on_free_bytes = usize::MAX;
+                }
+            },
         },
-        bits: LEAK_TRACK | TRACK_ALLOCS,
+        bits: LEAK_TRACK | TRACK_ALLOCS | FILL_ON_FREE,
     },
     OptionRow {
         name: "leak_suppressions",

@@ -330,8 +330,8 @@ const FLAG_CASES: &[FlagCase] = &[
     },
     FlagCase {
         names: &["leak_unreachable"],
-        bits: LEAK_TRACK | TRACK_ALLOCS,
-        effect: |c| c.leak_unreachable,
+        bits: LEAK_TRACK | TRACK_ALLOCS | FILL_ON_FREE,
+        effect: |c| c.leak_unreachable && c.fill_on_free_bytes == usize::MAX,
     },
     FlagCase {
         names: &["record_allocs_on_exit"],
@@ -403,6 +403,7 @@ fn initial_with_effect(config: &Config<'_>) -> Config<'static> {
         backtrace_dump_on_exit: config.backtrace_dump_on_exit,
         record_allocs_on_exit: config.record_allocs_on_exit,
         leak_unreachable: config.leak_unreachable,
+        fill_on_free_bytes: config.fill_on_free_bytes,
         ..Config::INITIAL
     }
 }
@@ -1255,4 +1256,14 @@ fn fuzz_random_option_strings() {
             "oks={oks} errs={errs}"
         );
     }
+}
+
+#[test]
+fn leak_unreachable_fills_freed_memory_unless_told_how_much() {
+    let c = ok("leak_unreachable");
+    assert_eq!(c.fill_on_free_bytes, usize::MAX);
+    // A size given before or after is kept, as free_track does.
+    assert_eq!(ok("fill_on_free=64 leak_unreachable").fill_on_free_bytes, 64);
+    assert_eq!(ok("leak_unreachable fill_on_free=64").fill_on_free_bytes, 64);
+    assert!(!ok("leak_track").has(FILL_ON_FREE));
 }
