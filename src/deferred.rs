@@ -26,6 +26,9 @@ pub fn on_entry(state: &State) {
 fn check_unreachable(state: &State) {
     let _foreign = crate::sync::DisabledScope::enter();
     crate::unreachable::check(state);
+    if state.config.leak_unreachable {
+        crate::leaks::summary_on_signal(state);
+    }
 }
 
 #[inline]

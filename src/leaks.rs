@@ -27,6 +27,23 @@ pub fn report(state: &State) {
     core::hint::black_box(&spilled);
 }
 
+/// With `leak_unreachable` and `check_unreachable_on_signal`: after the check's own lines, the
+/// summary line of the exit report for the heap as it is now (no leak lines).
+#[inline(never)]
+pub fn summary_on_signal(state: &State) {
+    let mut spilled = [0usize; 16];
+    let stack_from = classify::stack_top(&mut spilled);
+    summary_from(state, stack_from);
+    core::hint::black_box(&spilled);
+}
+
+#[inline(never)]
+fn summary_from(state: &State, stack_from: usize) {
+    if let Some(snapshot) = Snapshot::take() {
+        report_classified(state, snapshot.records(), stack_from, false);
+    }
+}
+
 #[inline(never)]
 fn report_from(state: &State, stack_from: usize) {
     let Some(snapshot) = Snapshot::take() else {
@@ -37,7 +54,7 @@ fn report_from(state: &State, stack_from: usize) {
         report_all(state, snapshot.records());
         return;
     }
-    let printed = report_classified(state, snapshot.records(), stack_from);
+    let printed = report_classified(state, snapshot.records(), stack_from, true);
     crate::error_marker::leaks_reported(state, printed);
 }
 
@@ -94,8 +111,14 @@ impl Count {
 const SKIP: u8 = 0;
 const PRINT: u8 = 1;
 
-/// The extended report; returns the number of leaks printed.
-fn report_classified(state: &State, records: &[Record], stack_from: usize) -> usize {
+/// The extended report (only its summary line unless `print_leaks`); returns the number of
+/// leaks printed or, without `print_leaks`, that would have been.
+fn report_classified(
+    state: &State,
+    records: &[Record],
+    stack_from: usize,
+    print_leaks: bool,
+) -> usize {
     let n = records.len();
     let by_address = ByAddress::new(records);
     let kinds = by_address
@@ -132,7 +155,7 @@ fn report_classified(state: &State, records: &[Record], stack_from: usize) -> us
     }
     let mut index = 0;
     for (i, r) in records.iter().enumerate() {
-        if plan[i] != SKIP {
+        if print_leaks && plan[i] != SKIP {
             leak_line(state, r, index, printed, Some(kind_of(r)));
             index += 1;
         }

@@ -1263,7 +1263,13 @@ fn leak_unreachable_fills_freed_memory_unless_told_how_much() {
     let c = ok("leak_unreachable");
     assert_eq!(c.fill_on_free_bytes, usize::MAX);
     // A size given before or after is kept, as free_track does.
-    assert_eq!(ok("fill_on_free=64 leak_unreachable").fill_on_free_bytes, 64);
-    assert_eq!(ok("leak_unreachable fill_on_free=64").fill_on_free_bytes, 64);
+    assert_eq!(
+        ok("fill_on_free=64 leak_unreachable").fill_on_free_bytes,
+        64
+    );
+    assert_eq!(
+        ok("leak_unreachable fill_on_free=64").fill_on_free_bytes,
+        64
+    );
     assert!(!ok("leak_track").has(FILL_ON_FREE));
 }
