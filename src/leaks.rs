@@ -50,11 +50,12 @@ fn report_from(state: &State, stack_from: usize) {
         return;
     };
     let config = &state.config;
-    if !config.leak_unreachable && config.leak_suppressions.is_empty() {
+    let printed = if !config.leak_unreachable && config.leak_suppressions.is_empty() {
         report_all(state, snapshot.records());
-        return;
-    }
-    let printed = report_classified(state, snapshot.records(), stack_from, true);
+        snapshot.records().len()
+    } else {
+        report_classified(state, snapshot.records(), stack_from, true)
+    };
     crate::error_marker::leaks_reported(state, printed);
 }
 
@@ -64,7 +65,6 @@ fn report_all(state: &State, records: &[Record]) {
     for (i, r) in records.iter().enumerate() {
         leak_line(state, r, i, total, None);
     }
-    crate::error_marker::leaks_reported(state, total);
 }
 
 fn leak_line(state: &State, r: &Record, i: usize, total: usize, kind: Option<Kind>) {
@@ -120,21 +120,19 @@ fn report_classified(
     print_leaks: bool,
 ) -> usize {
     let n = records.len();
-    let by_address = ByAddress::new(records);
-    let kinds = by_address
-        .as_ref()
-        .and_then(|a| classify::classify_live(state, a.records(), stack_from));
-    if kinds.is_none() {
+    let classified = ByAddress::new(records).and_then(|a| {
+        let kinds = classify::classify_live(state, a.records(), stack_from)?;
+        Some((a, kinds))
+    });
+    let (Some((by_address, kinds)), Some(mut plan)) = (classified, Scratch::<u8>::new(n)) else {
+        // Out of memory or no child process: the reference's report, said so first.
         log_error!("leak_unreachable: the heap could not be scanned; every live block is listed");
-    }
-    let kind_of = |r: &Record| match (&by_address, &kinds) {
-        (Some(a), Some(k)) => a.kind_of(k, r.pointer),
-        _ => Kind::Definite,
-    };
-    let Some(mut plan) = Scratch::new(n) else {
-        report_all(state, records);
+        if print_leaks {
+            report_all(state, records);
+        }
         return n;
     };
+    let kind_of = |r: &Record| by_address.kind_of(&kinds, r.pointer);
     let plan = plan.slice();
     let mut verdicts = Verdicts::new(n);
     let mut counts = [Count::default(); 4];

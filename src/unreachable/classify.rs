@@ -15,8 +15,12 @@
 //! The walk runs in a forked child, as the signal check's does: other threads of an exiting
 //! process may still run, free and unmap blocks and move pointers while a scan reads them; the
 //! child's copy-on-write image is consistent and nothing else touches it. The child writes one
-//! kind per block into a shared anonymous mapping and exits; the parent reads it after
-//! `waitpid`. The cost is the fork (page tables of the process) and the walk.
+//! kind per block into a shared anonymous mapping, then a completion mark after them, and
+//! exits; the parent reads them once the child is gone. The program may reap the child itself
+//! (bash's SIGCHLD handler calls `waitpid(-1)`, which took our child's status in one run of 20
+//! under load and made the report fail): SIGCHLD is blocked in this thread while the child
+//! runs, and the completion mark, not the exit status, says whether the walk finished. The
+//! cost is the fork (page tables of the process) and the walk.
 
 use super::scan::{self, Array, Blocks, UNMARKED};
 use crate::snapshot::Record;
@@ -50,6 +54,9 @@ impl Kind {
     }
 }
 
+/// The byte after the kinds once the child has written them all.
+const DONE: u8 = 0xd0;
+
 /// Kinds of `records` (sorted by address), in a shared mapping the child filled.
 pub struct Kinds {
     ptr: core::ptr::NonNull<u8>,
@@ -65,13 +72,14 @@ impl Kinds {
 
 impl Drop for Kinds {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `shared_bytes` with this length, no longer referenced.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len.max(1)) };
+        // SAFETY: the mapping made in `shared_bytes` (`len` kinds and the completion mark), no
+        // longer referenced.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len + 1) };
     }
 }
 
-/// A shared anonymous mapping of `len` zeroed bytes (the child's writes are seen by the
-/// parent).
+/// A shared anonymous mapping of `len` (at least 1) zeroed bytes (the child's writes are seen by
+/// the parent), as a `Kinds` of `len - 1` kinds.
 fn shared_bytes(len: usize) -> Option<Kinds> {
     // SAFETY: a fresh anonymous mapping; no existing memory is affected.
     let p = unsafe {
@@ -89,7 +97,7 @@ fn shared_bytes(len: usize) -> Option<Kinds> {
     }
     Some(Kinds {
         ptr: core::ptr::NonNull::new(p.cast())?,
-        len,
+        len: len.saturating_sub(1),
     })
 }
 
@@ -107,28 +115,62 @@ pub fn stack_top(spilled: &mut [usize; 16]) -> usize {
 /// stack from `stack_from` (see [`stack_top`]) up. `None` when the child could not be started
 /// or failed (no memory for its bookkeeping).
 pub fn classify_live(state: &State, records: &[Record], stack_from: usize) -> Option<Kinds> {
-    let kinds = shared_bytes(records.len())?;
+    let n = records.len();
+    // The kinds and the completion mark.
+    let kinds = shared_bytes(n + 1)?;
+    let _sigchld = SigchldBlocked::new();
     // SAFETY: fork; the library's fork handlers leave the child able to run the walk, which
     // uses only system calls and fresh mappings.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        // SAFETY: the shared mapping, `records.len()` bytes, written only by this child.
-        let out = unsafe { core::slice::from_raw_parts_mut(kinds.ptr.as_ptr(), records.len()) };
-        let ok = walk(state, records, stack_from, out);
+        // SAFETY: the shared mapping, `n + 1` bytes, written only by this child.
+        let out = unsafe { core::slice::from_raw_parts_mut(kinds.ptr.as_ptr(), n + 1) };
+        if walk(state, records, stack_from, &mut out[..n]).is_some() {
+            out[n] = DONE;
+        }
         // SAFETY: leave the child without running the parent's exit handlers.
-        unsafe { libc::_exit(if ok.is_some() { 0 } else { 1 }) };
+        unsafe { libc::_exit(0) };
     }
     if pid < 0 {
         return None;
     }
     let mut status = 0;
-    // SAFETY: our child; reaped so it leaves no zombie.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
-        if crate::platform::errno() != libc::EINTR {
-            return None;
+    // SAFETY: our child; reaped so it leaves no zombie. ECHILD: the program reaped it (another
+    // thread's SIGCHLD handler); either way it has exited.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && crate::platform::errno() == libc::EINTR
+    {}
+    // SAFETY: the byte after the kinds, in the mapping; the child has exited.
+    let done = unsafe { core::ptr::read_volatile(kinds.ptr.as_ptr().add(n)) } == DONE;
+    done.then_some(kinds)
+}
+
+/// SIGCHLD blocked in the calling thread for the scope (the previous mask restored after): a
+/// handler of the program on this thread cannot reap the walk's child before we do.
+struct SigchldBlocked {
+    old: libc::sigset_t,
+}
+
+impl SigchldBlocked {
+    fn new() -> Self {
+        // SAFETY: sigset operations on local sets; pthread_sigmask only changes this thread's
+        // mask and stores the old one.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            SigchldBlocked { old }
         }
     }
-    (libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0).then_some(kinds)
+}
+
+impl Drop for SigchldBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, core::ptr::null_mut()) };
+    }
 }
 
 /// The child's work: roots, then the lost blocks' kinds.

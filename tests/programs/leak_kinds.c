@@ -1,6 +1,6 @@
 // A program whose heap at exit is known block by block, for the exit-time leak classification
 // (leak_unreachable). Every block has its own size so that the test can tell them apart.
-// Usage: leak_kinds simple | graph | io FILE | overflow | clean [STATUS]
+// Usage: leak_kinds simple | graph | io FILE | overflow | clean [STATUS] | reaper
 //   simple: 2 blocks reachable from globals (16, 24 bytes), 3 dropped ones (100, 200, 300).
 //   graph:  reachable: a global points 8 bytes into A (48), A -> B (56);
 //           lost chain C (64) -> D (72) -> E (80): C definitely, D and E indirectly lost;
@@ -10,7 +10,13 @@
 //           the lowest free number) and writes to it, then leaks as `simple` does.
 //   overflow: a one-byte heap overflow (freed: the guard check reports it), nothing leaked.
 //   clean:  nothing leaked; exits with STATUS (default 0).
+//   reaper: as `simple`, while another thread reaps every child of the process as soon as it
+//           exits (as a shell's SIGCHLD handling does), the scan's child included.
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +77,17 @@ __attribute__((noinline)) static void scrub_stack(void) {
   memset((char*)junk, 0, sizeof junk);
 }
 
+static void* reap(void* arg) {
+  (void)arg;
+  for (;;) {
+    if (waitpid(-1, NULL, 0) < 0 && errno == ECHILD) {
+      struct timespec ms = {0, 1000000};
+      nanosleep(&ms, NULL);
+    }
+  }
+  return NULL;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "simple";
   if (strcmp(mode, "clean") == 0) {
@@ -92,6 +109,11 @@ int main(int argc, char** argv) {
     int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0 || write(fd, "mine\n", 5) != 5) return 3;
     // The descriptor stays open: the log must not end up in it.
+  }
+  if (strcmp(mode, "reaper") == 0) {
+    pthread_t t;
+    pthread_create(&t, NULL, reap, NULL);
+    pthread_detach(t);
   }
   if (strcmp(mode, "graph") == 0) {
     deep(graph, 0);
