@@ -159,10 +159,24 @@ pub(super) fn mark_from_roots(
     ours.sort_unstable();
     let maps = Maps::read_self()?;
     let mut top = 0usize;
+    let own_name = maps
+        .find(anchor as fn() as usize)
+        .and_then(|i| maps.entries().get(i))
+        .map_or(&b""[..], |e| maps.name(e));
+    let mut previous_ours = false;
 
     for e in maps.entries() {
-        if e.flags & (PROT_READ | PROT_WRITE) != PROT_READ | PROT_WRITE
-            || maps.name(e).starts_with(b"/dev/")
+        // The library's own static data (its writable segments and the anonymous .bss
+        // mapping right after them) is not the program's: the backtrace memos keep words read
+        // from stacks there, heap addresses among them (`as` under `backtrace`: two blocks
+        // held only by a memo).
+        let name = maps.name(e);
+        let own_data =
+            !own_name.is_empty() && (name == own_name || (name.is_empty() && previous_ours));
+        previous_ours = own_data;
+        if own_data
+            || e.flags & (PROT_READ | PROT_WRITE) != PROT_READ | PROT_WRITE
+            || name.starts_with(b"/dev/")
         {
             continue;
         }
@@ -185,6 +199,10 @@ pub(super) fn mark_from_roots(
     }
     Some(())
 }
+
+/// An address in the library's code, to find its mappings by.
+#[inline(never)]
+fn anchor() {}
 
 /// Splits `[start, end)` around the library's own mappings and the live blocks, calling `f` on
 /// each remaining piece.
