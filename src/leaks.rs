@@ -31,10 +31,13 @@ pub fn report(state: &State) {
 /// summary line of the exit report for the heap as it is now (no leak lines).
 #[inline(never)]
 pub fn summary_on_signal(state: &State) {
+    // Runs inside the program's allocation call, which must leave errno alone.
+    let errno = platform::errno();
     let mut spilled = [0usize; 16];
     let stack_from = classify::stack_top(&mut spilled);
     summary_from(state, stack_from);
     core::hint::black_box(&spilled);
+    platform::set_errno(errno);
 }
 
 #[inline(never)]

@@ -56,6 +56,8 @@ pub fn write_or_stderr(bytes: &[u8]) {
         crate::platform::write_stderr(bytes);
         return;
     }
+    // Logging happens inside the program's calls, which must leave errno alone.
+    let errno = crate::platform::errno();
     let fd = if is_ours(fd) { Some(fd) } else { reopen() };
     match fd {
         Some(fd) => {
@@ -65,6 +67,7 @@ pub fn write_or_stderr(bytes: &[u8]) {
         // better than losing a report.
         None => crate::platform::write_stderr(bytes),
     }
+    crate::platform::set_errno(errno);
 }
 
 fn stat_of(fd: i32) -> Option<(u64, u64)> {
