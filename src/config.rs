@@ -119,6 +119,15 @@ pub struct Config<'a> {
     pub record_allocs_signal: i32,
     pub check_unreachable_signal: i32,
     pub log_allocator_stats_signal: i32,
+    /// Extensions (README "Extensions"; none of them changes what the reference's options do).
+    /// `leak_unreachable`: the exit report prints only unreachable and indirectly lost blocks.
+    pub leak_unreachable: bool,
+    /// `leak_suppressions=FILE`: LeakSanitizer-format rules; empty when not given.
+    pub leak_suppressions: &'a [u8],
+    /// `log_file=FILE`: the host log goes to FILE instead of stderr; empty when not given.
+    pub log_file: &'a [u8],
+    /// `error_marker_file=FILE`: a line is appended when an error or a leak is reported.
+    pub error_marker_file: &'a [u8],
 }
 
 impl Config<'static> {
@@ -147,6 +156,10 @@ impl Config<'static> {
         backtrace_dump_signal: SIGRTMAX - 17,
         check_unreachable_signal: SIGRTMAX - 16,
         log_allocator_stats_signal: SIGRTMAX - 15,
+        leak_unreachable: false,
+        leak_suppressions: b"",
+        log_file: b"",
+        error_marker_file: b"",
     };
 }
 

@@ -26,7 +26,12 @@ pub fn on_entry(state: &State) {
 fn check_unreachable(state: &State) {
     let _foreign = crate::sync::DisabledScope::enter();
     // Inside an allocation call that succeeds: errno stays the caller's.
-    crate::platform::keeping_errno(|| crate::unreachable::check(state));
+    crate::platform::keeping_errno(|| {
+        crate::unreachable::check(state);
+        if state.config.leak_unreachable {
+            crate::leaks::summary_on_signal(state);
+        }
+    });
 }
 
 #[inline]

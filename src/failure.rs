@@ -41,6 +41,7 @@ pub fn log_interned_backtrace(state: &State, id: u32) {
 /// Ends an error report: closing divider, then abort if the options say so.
 pub fn end_report(state: &State) {
     divider();
+    crate::error_marker::error_reported(state);
     abort_if_configured(state);
 }
 

@@ -1,34 +1,290 @@
 //! leak_track: at exit, one report per live allocation (spec §3.5).
+//!
+//! With the extensions (README "Extensions") — `leak_unreachable`, `leak_suppressions` — the
+//! live blocks are first classified (unreachable/classify.rs) and matched against the
+//! suppressions (suppress.rs). `leak_unreachable` prints only the definitely and indirectly
+//! lost blocks; suppressed blocks are never printed. Each leak line then ends with its kind,
+//! and one summary line after the last leak counts blocks and bytes per kind (valgrind's LEAK
+//! SUMMARY). Without the extensions the report is the reference's, line for line.
 
 use crate::failure;
 use crate::fmt::Bytes;
 use crate::log::log_error;
+use crate::pages;
 use crate::platform;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Record, Snapshot};
 use crate::state::State;
+use crate::unreachable::classify::{self, Kind, Kinds};
 
+/// The exit report. Only the registers and the start of the stack scan are taken in this frame;
+/// the work is done in an out-of-line callee, so that nothing the report keeps on the stack
+/// (a sort moves copies of the records through its frame) lies above where the scan starts.
+#[inline(never)]
 pub fn report(state: &State) {
+    let mut spilled = [0usize; 16];
+    let stack_from = classify::stack_top(&mut spilled);
+    report_from(state, stack_from);
+    core::hint::black_box(&spilled);
+}
+
+/// With `leak_unreachable` and `check_unreachable_on_signal`: after the check's own lines, the
+/// summary line of the exit report for the heap as it is now (no leak lines).
+#[inline(never)]
+pub fn summary_on_signal(state: &State) {
+    // Runs inside the program's allocation call, which must leave errno alone.
+    let errno = platform::errno();
+    let mut spilled = [0usize; 16];
+    let stack_from = classify::stack_top(&mut spilled);
+    summary_from(state, stack_from);
+    core::hint::black_box(&spilled);
+    platform::set_errno(errno);
+}
+
+#[inline(never)]
+fn summary_from(state: &State, stack_from: usize) {
+    if let Some(snapshot) = Snapshot::take() {
+        report_classified(state, snapshot.records(), stack_from, false);
+    }
+}
+
+#[inline(never)]
+fn report_from(state: &State, stack_from: usize) {
     let Some(snapshot) = Snapshot::take() else {
         return;
     };
-    let records = snapshot.records();
+    let config = &state.config;
+    let printed = if !config.leak_unreachable && config.leak_suppressions.is_empty() {
+        report_all(state, snapshot.records());
+        snapshot.records().len()
+    } else {
+        report_classified(state, snapshot.records(), stack_from, true)
+    };
+    crate::error_marker::leaks_reported(state, printed);
+}
+
+/// The reference's report: every live block.
+fn report_all(state: &State, records: &[Record]) {
     let total = records.len();
     // Large writes instead of one per line on the host (docs/performance.md, "Exit reports").
     let _batch = crate::log::Batch::begin();
     // One symbol resolver (one maps read) for the whole report, not one per leak.
     let _symbols = crate::backtrace::ResolverScope::begin();
     for (i, r) in records.iter().enumerate() {
-        log_error!(
+        leak_line(state, r, i, total, None);
+    }
+}
+
+fn leak_line(state: &State, r: &Record, i: usize, total: usize, kind: Option<Kind>) {
+    match kind {
+        None => log_error!(
             "+++ {} leaked block of size {} at 0x{:x} (leak {} of {})",
             Bytes(platform::progname()),
             r.size,
             r.pointer,
             i + 1,
             total
-        );
-        if r.has_backtrace() {
-            log_error!("Backtrace at time of allocation:");
-            failure::log_interned_backtrace(state, r.backtrace_id);
+        ),
+        Some(kind) => log_error!(
+            "+++ {} leaked block of size {} at 0x{:x} (leak {} of {}, {})",
+            Bytes(platform::progname()),
+            r.size,
+            r.pointer,
+            i + 1,
+            total,
+            kind.name()
+        ),
+    }
+    if r.has_backtrace() {
+        log_error!("Backtrace at time of allocation:");
+        failure::log_interned_backtrace(state, r.backtrace_id);
+    }
+}
+
+/// Blocks and bytes of one kind.
+#[derive(Clone, Copy, Default)]
+struct Count {
+    blocks: usize,
+    bytes: usize,
+}
+
+impl Count {
+    fn add(&mut self, r: &Record) {
+        self.blocks += 1;
+        self.bytes += r.size;
+    }
+}
+
+/// What to do with one block (one byte per block in a scratch mapping).
+const SKIP: u8 = 0;
+const PRINT: u8 = 1;
+
+/// The extended report (only its summary line unless `print_leaks`); returns the number of
+/// leaks printed or, without `print_leaks`, that would have been.
+fn report_classified(
+    state: &State,
+    records: &[Record],
+    stack_from: usize,
+    print_leaks: bool,
+) -> usize {
+    let n = records.len();
+    let classified = ByAddress::new(records).and_then(|a| {
+        let kinds = classify::classify_live(state, a.records(), stack_from)?;
+        Some((a, kinds))
+    });
+    let (Some((by_address, kinds)), Some(mut plan)) = (classified, Scratch::<u8>::new(n)) else {
+        // Out of memory or no child process: the reference's report, said so first.
+        log_error!("leak_unreachable: the heap could not be scanned; every live block is listed");
+        if print_leaks {
+            report_all(state, records);
+        }
+        return n;
+    };
+    let kind_of = |r: &Record| by_address.kind_of(&kinds, r.pointer);
+    let plan = plan.slice();
+    let mut verdicts = Verdicts::new(n);
+    let mut counts = [Count::default(); 4];
+    let mut suppressed = Count::default();
+    let mut printed = 0;
+    for (i, r) in records.iter().enumerate() {
+        let kind = kind_of(r);
+        let selected = !state.config.leak_unreachable || kind != Kind::Reachable;
+        if selected && is_suppressed(r, &mut verdicts) {
+            suppressed.add(r);
+            continue;
+        }
+        counts[kind as usize].add(r);
+        if selected {
+            plan[i] = PRINT;
+            printed += 1;
+        }
+    }
+    let mut index = 0;
+    for (i, r) in records.iter().enumerate() {
+        if print_leaks && plan[i] != SKIP {
+            leak_line(state, r, index, printed, Some(kind_of(r)));
+            index += 1;
+        }
+    }
+    let c = |k: Kind| counts[k as usize];
+    log_error!(
+        "leak summary: definitely lost: {} bytes in {} blocks, indirectly lost: {} bytes in {} \
+         blocks, still reachable: {} bytes in {} blocks, suppressed: {} bytes in {} blocks",
+        c(Kind::Definite).bytes,
+        c(Kind::Definite).blocks,
+        c(Kind::Indirect).bytes,
+        c(Kind::Indirect).blocks,
+        c(Kind::Reachable).bytes,
+        c(Kind::Reachable).blocks,
+        suppressed.bytes,
+        suppressed.blocks
+    );
+    printed
+}
+
+/// Whether the block's allocation backtrace matches a suppression; decided once per distinct
+/// backtrace.
+fn is_suppressed(r: &Record, verdicts: &mut Verdicts) -> bool {
+    if !r.has_backtrace() {
+        return false;
+    }
+    if let Some(v) = verdicts.get(r.backtrace_id) {
+        return v;
+    }
+    let mut frames = [0usize; crate::backtrace::MAX_FRAMES];
+    let n = crate::tracking::BACKTRACES
+        .with_frames(r.backtrace_id, |f| {
+            let n = f.len().min(frames.len());
+            frames[..n].copy_from_slice(&f[..n]);
+            n
+        })
+        .unwrap_or(0);
+    // Symbolised outside the table's lock.
+    let v = crate::suppress::suppressed(&frames[..n]);
+    verdicts.set(r.backtrace_id, v);
+    v
+}
+
+/// Zeroed bytes in a private mapping.
+struct Scratch<T: Copy> {
+    ptr: core::ptr::NonNull<T>,
+    len: usize,
+}
+
+impl<T: Copy> Scratch<T> {
+    fn new(len: usize) -> Option<Self> {
+        let bytes = len.max(1).checked_mul(size_of::<T>())?;
+        Some(Scratch {
+            ptr: pages::map(bytes)?.cast(),
+            len,
+        })
+    }
+    fn slice(&mut self) -> &mut [T] {
+        // SAFETY: `len` zeroed elements (a valid bit pattern for the plain-data types used
+        // here), owned by self.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Copy> Drop for Scratch<T> {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `new` with this size.
+        unsafe { pages::unmap(self.ptr.cast(), self.len.max(1) * size_of::<T>()) };
+    }
+}
+
+/// The report's records again, sorted by address (the order the classifier needs).
+struct ByAddress {
+    copy: Scratch<Record>,
+}
+
+impl ByAddress {
+    fn new(records: &[Record]) -> Option<Self> {
+        let mut copy = Scratch::<Record>::new(records.len())?;
+        let s = copy.slice();
+        s.copy_from_slice(records);
+        s.sort_unstable_by_key(|r| r.pointer);
+        Some(ByAddress { copy })
+    }
+    fn records(&self) -> &[Record] {
+        // SAFETY: `len` initialised records, owned by self.
+        unsafe { core::slice::from_raw_parts(self.copy.ptr.as_ptr(), self.copy.len) }
+    }
+    fn kind_of(&self, kinds: &Kinds, pointer: usize) -> Kind {
+        let i = self.records().partition_point(|r| r.pointer < pointer);
+        kinds.get(i)
+    }
+}
+
+/// Suppression verdicts by backtrace id: open addressing, 0 = empty slot.
+struct Verdicts {
+    slots: Option<Scratch<(u32, bool)>>,
+}
+
+impl Verdicts {
+    fn new(blocks: usize) -> Self {
+        let cap = (blocks * 2).next_power_of_two().max(64);
+        Verdicts {
+            slots: Scratch::new(cap),
+        }
+    }
+    fn find(slots: &mut [(u32, bool)], id: u32) -> usize {
+        let mask = slots.len() - 1;
+        let mut i = (id as usize).wrapping_mul(0x9e37_79b9) & mask;
+        while slots[i].0 != 0 && slots[i].0 != id {
+            i = (i + 1) & mask;
+        }
+        i
+    }
+    fn get(&mut self, id: u32) -> Option<bool> {
+        let slots = self.slots.as_mut()?.slice();
+        let i = Self::find(slots, id);
+        (slots[i].0 == id).then_some(slots[i].1)
+    }
+    fn set(&mut self, id: u32, v: bool) {
+        if let Some(s) = self.slots.as_mut() {
+            let slots = s.slice();
+            let i = Self::find(slots, id);
+            slots[i] = (id, v);
         }
     }
 }

@@ -126,6 +126,10 @@ pub unsafe fn initialize(
         }
     };
     let config = platform::localize_default_paths(config);
+    // Extensions (README "Extensions"): before anything is logged, and before the program can
+    // change directory.
+    crate::log_file::open(config.log_file);
+    crate::suppress::load(config.leak_suppressions);
     crate::signals::BACKTRACE_ENABLED.store(config.backtrace_enabled, Ordering::SeqCst);
     if !crate::signals::install(&config)
         || (config.has(bits::FREE_TRACK)

@@ -329,6 +329,11 @@ const FLAG_CASES: &[FlagCase] = &[
         effect: |_| true,
     },
     FlagCase {
+        names: &["leak_unreachable"],
+        bits: LEAK_TRACK | TRACK_ALLOCS | FILL_ON_FREE,
+        effect: |c| c.leak_unreachable && c.fill_on_free_bytes == usize::MAX,
+    },
+    FlagCase {
         names: &["record_allocs_on_exit"],
         bits: 0,
         effect: |c| c.record_allocs_on_exit,
@@ -397,6 +402,8 @@ fn initial_with_effect(config: &Config<'_>) -> Config<'static> {
     Config {
         backtrace_dump_on_exit: config.backtrace_dump_on_exit,
         record_allocs_on_exit: config.record_allocs_on_exit,
+        leak_unreachable: config.leak_unreachable,
+        fill_on_free_bytes: config.fill_on_free_bytes,
         ..Config::INITIAL
     }
 }
@@ -417,6 +424,21 @@ const TEXT_CASES: &[TextCase] = &[
         names: &["record_allocs_file"],
         default: b"/data/local/tmp/record_allocs.txt",
         get: |c| c.record_allocs_file,
+    },
+    TextCase {
+        names: &["leak_suppressions"],
+        default: b"",
+        get: |c| c.leak_suppressions,
+    },
+    TextCase {
+        names: &["log_file"],
+        default: b"",
+        get: |c| c.log_file,
+    },
+    TextCase {
+        names: &["error_marker_file"],
+        default: b"",
+        get: |c| c.error_marker_file,
     },
 ];
 
@@ -453,12 +475,13 @@ fn table_has_exactly_the_spec_names() {
         .collect();
     tested.extend(FLAG_CASES.iter().flat_map(|c| c.names.iter().copied()));
     tested.extend(TEXT_CASES.iter().flat_map(|c| c.names.iter().copied()));
-    assert_eq!(names.len(), 35);
+    // The reference's 35 names and the 4 extensions.
+    assert_eq!(names.len(), 39);
     names.sort_unstable();
     tested.sort_unstable();
     assert_eq!(names, tested);
     names.dedup();
-    assert_eq!(names.len(), 35, "duplicate names");
+    assert_eq!(names.len(), 39, "duplicate names");
 }
 
 #[test]
@@ -1233,4 +1256,20 @@ fn fuzz_random_option_strings() {
             "oks={oks} errs={errs}"
         );
     }
+}
+
+#[test]
+fn leak_unreachable_fills_freed_memory_unless_told_how_much() {
+    let c = ok("leak_unreachable");
+    assert_eq!(c.fill_on_free_bytes, usize::MAX);
+    // A size given before or after is kept, as free_track does.
+    assert_eq!(
+        ok("fill_on_free=64 leak_unreachable").fill_on_free_bytes,
+        64
+    );
+    assert_eq!(
+        ok("leak_unreachable fill_on_free=64").fill_on_free_bytes,
+        64
+    );
+    assert!(!ok("leak_track").has(FILL_ON_FREE));
 }

@@ -151,7 +151,7 @@ impl Lines<'_> {
 
     fn flush(&mut self) {
         if self.len > 0 {
-            platform::write_stderr(&self.buf[..self.len]);
+            crate::log_file::write_or_stderr(&self.buf[..self.len]);
             self.len = 0;
         }
     }

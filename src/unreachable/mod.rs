@@ -5,6 +5,7 @@
 //! waits for the child's answer on a pipe. The child also lists the live blocks (`live_blocks`),
 //! from the table it inherited: list and memory image are of the same instant.
 
+pub mod classify;
 mod report;
 mod scan;
 

@@ -15,6 +15,10 @@ usage: malloc-debug COMMAND ...
         run CMD under the glibc front (LD_PRELOAD); CMD's exit status is passed through.
         libc_malloc_debug.so and libmalloc_debug_front.so are looked for in
         $MALLOC_DEBUG_LIB_DIR, next to this program, then in its ../lib
+      [--suppressions FILE] [--log-file FILE] [--error-exitcode N]
+        leak checking (docs/tools.md): suppress leaks matching FILE's leak:PATTERN rules; send
+        malloc debug's log to FILE (CMD's stdout and stderr stay its own); exit with N when an
+        error or a leak was reported
   report DUMP [--symbols DIR] [--top N] [--html OUT.html] [--flamegraph OUT.svg]
               [--pprof OUT.pb.gz]
         symbolized report of a heap dump (v1.0, v1.1, v1.2)
@@ -72,6 +76,10 @@ pub struct RunArgs {
     pub lib: Option<PathBuf>,
     pub front: Option<PathBuf>,
     pub command: Vec<OsString>,
+    /// Leak checking (run_gate.rs).
+    pub suppressions: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    pub error_exitcode: Option<u8>,
 }
 
 fn parse_run(args: Vec<OsString>) -> Result<RunArgs> {
@@ -82,6 +90,9 @@ fn parse_run(args: Vec<OsString>) -> Result<RunArgs> {
         lib: None,
         front: None,
         command: Vec::new(),
+        suppressions: None,
+        log_file: None,
+        error_exitcode: None,
     };
     while let Some(arg) = p.next()? {
         match arg {
@@ -89,6 +100,17 @@ fn parse_run(args: Vec<OsString>) -> Result<RunArgs> {
             Long("program") => out.program = Some(string(p.value()?)?),
             Long("lib") => out.lib = Some(p.value()?.into()),
             Long("front") => out.front = Some(p.value()?.into()),
+            Long("suppressions") => out.suppressions = Some(p.value()?.into()),
+            Long("log-file") => out.log_file = Some(p.value()?.into()),
+            Long("error-exitcode") => {
+                let n = number(p.value()?, "--error-exitcode")?;
+                out.error_exitcode = Some(
+                    u8::try_from(n)
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| err!("--error-exitcode: expected 1 to 255, got {n}"))?,
+                );
+            }
             Value(v) => {
                 // `run CMD` without `--` is accepted too; everything from CMD on is CMD's.
                 out.command.push(v);

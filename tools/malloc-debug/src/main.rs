@@ -14,6 +14,7 @@ mod progress;
 mod records;
 mod report;
 mod run;
+mod run_gate;
 mod symbolize;
 
 use std::process::ExitCode;

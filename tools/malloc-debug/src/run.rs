@@ -70,7 +70,12 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     let front = find(args.front, FRONT, lib.parent())?;
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
-    if let Some(options) = &args.options {
+    let extras = crate::run_gate::extras(
+        args.suppressions.as_deref(),
+        args.log_file.as_deref(),
+        args.error_exitcode,
+    )?;
+    if let Some(options) = crate::run_gate::merge(args.options.as_deref(), &extras) {
         command.env("LIBC_DEBUG_MALLOC_OPTIONS", options);
     }
     if let Some(program) = &args.program {
@@ -83,6 +88,14 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         preload.push(old);
     }
     command.env("LD_PRELOAD", preload);
+    if let (Some(code), Some(marker)) = (args.error_exitcode, &extras.marker) {
+        return Ok(crate::run_gate::run_and_gate(
+            command,
+            &args.command[0],
+            code,
+            marker,
+        ));
+    }
     let e = command.exec();
     eprintln!(
         "malloc-debug: cannot run {}: {e}",
