@@ -35,7 +35,13 @@ pub unsafe extern "C" fn debug_initialize(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_finalize() {
-    keeping_errno(state::finalize);
+    // The exit report's scan for unreachable blocks starts at this frame, with the caller's
+    // callee-saved registers spilled here: everything below is the library's own (state::finalize
+    // alone keeps kilobytes of stack whose dead slots may hold stale heap addresses).
+    let mut spilled = [0usize; 16];
+    let stack_from = crate::unreachable::classify::stack_top(&mut spilled);
+    keeping_errno(|| state::finalize(stack_from));
+    core::hint::black_box(&spilled);
 }
 
 #[unsafe(no_mangle)]

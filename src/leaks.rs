@@ -16,15 +16,12 @@ use crate::snapshot::{Record, Snapshot};
 use crate::state::State;
 use crate::unreachable::classify::{self, Kind, Kinds};
 
-/// The exit report. Only the registers and the start of the stack scan are taken in this frame;
-/// the work is done in an out-of-line callee, so that nothing the report keeps on the stack
-/// (a sort moves copies of the records through its frame) lies above where the scan starts.
-#[inline(never)]
-pub fn report(state: &State) {
-    let mut spilled = [0usize; 16];
-    let stack_from = classify::stack_top(&mut spilled);
+/// The exit report. `stack_from` (with the registers spilled there) is taken by the exported
+/// `debug_finalize` itself, so that nothing the library keeps on the stack — a sort moves
+/// copies of the records through its frame, and the frames between the export and here hold
+/// stale words of earlier calls — lies above where the scan starts.
+pub fn report(state: &State, stack_from: usize) {
     report_from(state, stack_from);
-    core::hint::black_box(&spilled);
 }
 
 /// With `leak_unreachable` and `check_unreachable_on_signal`: after the check's own lines, the
@@ -128,7 +125,10 @@ fn report_classified(
 ) -> usize {
     let n = records.len();
     let classified = ByAddress::new(records).and_then(|a| {
-        let kinds = classify::classify_live(state, a.records(), stack_from)?;
+        // On signal the scan forks from inside the program's allocation call (one call of this
+        // thread in flight); at exit finalize has closed the gate.
+        let own_calls = usize::from(!print_leaks);
+        let kinds = classify::classify_live(state, a.records(), stack_from, own_calls)?;
         Some((a, kinds))
     });
     let (Some((by_address, kinds)), Some(mut plan)) = (classified, Scratch::<u8>::new(n)) else {

@@ -195,11 +195,15 @@ fn asan_present() -> bool {
 }
 
 /// `debug_finalize` (spec §9.9). Runs its exit-time work once; later calls do nothing.
+/// `stack_from`: where the exit report's scan of this thread's stack starts (the exported
+/// function's frame, see `leaks::report`).
 ///
 /// Unlike the reference, which leaves the global lock write-held forever (so any other thread
 /// that allocates afterwards hangs), the gate is reopened once the reports are written: other
 /// threads — and destructors that run after the exit handler — keep a working allocator.
-pub fn finalize() {
+/// Out of line: its frame (kilobytes) must lie below the export's, where the scan starts.
+#[inline(never)]
+pub fn finalize(stack_from: usize) {
     let Some(state) = get() else { return };
     if FINALIZED.swap(true, Ordering::AcqRel) {
         return;
@@ -210,7 +214,7 @@ pub fn finalize() {
         crate::free_track::verify_all(state);
     }
     if state.has(bits::LEAK_TRACK) {
-        crate::leaks::report(state);
+        crate::leaks::report(state, stack_from);
     }
     if state.has(bits::BACKTRACE) && state.config.backtrace_dump_on_exit {
         crate::report::dump_heap_at_exit(state);

@@ -347,12 +347,16 @@ impl Drop for GateGuard {
     }
 }
 
-/// The thread that forks from inside a library call (the unreachable-memory check), so that
-/// the fork handlers do not wait for its own call to end. 0: none.
+/// The thread that forks from inside library calls (the unreachable-memory check, the leak
+/// classification on signal), so that the fork handlers do not wait for its own calls to end.
+/// 0: none.
 static FORKING_INSIDE: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+static FORKING_OWN_CALLS: AtomicUsize = AtomicUsize::new(0);
 
-/// Runs `fork` for a thread that is inside a library call (its gate count is held).
-pub fn fork_from_inside() -> libc::pid_t {
+/// Runs `fork` for a thread that has `own_calls` library calls in flight (their gate counts
+/// held; 0 when it closed the gate itself, as finalize does).
+pub fn fork_from_inside(own_calls: usize) -> libc::pid_t {
+    FORKING_OWN_CALLS.store(own_calls, Ordering::SeqCst);
     FORKING_INSIDE.store(crate::platform::gettid(), Ordering::SeqCst);
     // SAFETY: fork; the fork handlers leave the child able to run the library.
     let pid = unsafe { libc::fork() };
@@ -365,7 +369,11 @@ pub fn fork_from_inside() -> libc::pid_t {
 /// The calls the forking thread itself has in flight (see `fork_from_inside`).
 pub fn own_calls_at_fork() -> usize {
     let tid = FORKING_INSIDE.load(Ordering::SeqCst);
-    usize::from(tid != 0 && tid == crate::platform::gettid())
+    if tid != 0 && tid == crate::platform::gettid() {
+        FORKING_OWN_CALLS.load(Ordering::SeqCst)
+    } else {
+        0
+    }
 }
 
 /// Fork child: the child's own fork is over.

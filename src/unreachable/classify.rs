@@ -112,16 +112,22 @@ pub fn stack_top(spilled: &mut [usize; 16]) -> usize {
 }
 
 /// Classifies every block of `records` (sorted by address, all live), scanning this thread's
-/// stack from `stack_from` (see [`stack_top`]) up. `None` when the child could not be started
-/// or failed (no memory for its bookkeeping).
-pub fn classify_live(state: &State, records: &[Record], stack_from: usize) -> Option<Kinds> {
+/// stack from `stack_from` (see [`stack_top`]) up. `own_calls`: library calls this thread has
+/// in flight (the fork handlers wait for every other one). `None` when the child could not be
+/// started or failed (no memory for its bookkeeping).
+pub fn classify_live(
+    state: &State,
+    records: &[Record],
+    stack_from: usize,
+    own_calls: usize,
+) -> Option<Kinds> {
     let n = records.len();
     // The kinds and the completion mark.
     let kinds = shared_bytes(n + 1)?;
     let _sigchld = SigchldBlocked::new();
-    // SAFETY: fork; the library's fork handlers leave the child able to run the walk, which
-    // uses only system calls and fresh mappings.
-    let pid = unsafe { libc::fork() };
+    // The library's fork handlers leave the child able to run the walk, which uses only system
+    // calls and fresh mappings.
+    let pid = crate::sync::fork_from_inside(own_calls);
     if pid == 0 {
         // SAFETY: the shared mapping, `n + 1` bytes, written only by this child.
         let out = unsafe { core::slice::from_raw_parts_mut(kinds.ptr.as_ptr(), n + 1) };

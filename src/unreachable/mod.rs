@@ -69,7 +69,8 @@ fn run(state: &State) -> Option<()> {
     // The library's fork handlers leave the child able to run the walk, which uses only system
     // calls and fresh mappings, and leaves with _exit (its gate count, reset by the handlers,
     // is never given back).
-    let pid = crate::sync::fork_from_inside();
+    // One call in flight: the allocation call whose entry runs the check.
+    let pid = crate::sync::fork_from_inside(1);
     if pid == 0 {
         // SAFETY: the child's copies of the descriptors.
         unsafe { libc::close(read_fd) };
