@@ -13,6 +13,8 @@ pub fn report(state: &State) {
     };
     let records = snapshot.records();
     let total = records.len();
+    // One symbolization session for the whole report: each distinct pc is resolved once.
+    let _symbols = crate::backtrace::SymbolSession::begin();
     for (i, r) in records.iter().enumerate() {
         log_error!(
             "+++ {} leaked block of size {} at 0x{:x} (leak {} of {})",

@@ -42,6 +42,15 @@ impl<T> Mutex<T> {
         MutexGuard { mutex: self }
     }
 
+    /// Takes the lock if it is free, never waiting.
+    #[inline]
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.state
+            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(MutexGuard { mutex: self })
+    }
+
     #[cold]
     fn lock_contended(&self) {
         // A short spin first: most holders release within a few hundred cycles.

@@ -19,6 +19,8 @@ pub struct MapRef<'a> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Resolved<'a> {
     pub map: Option<MapRef<'a>>,
+    /// The absolute pc (what libunwindstack prints for a pc in no map: `backtrace_full`).
+    pub pc: u64,
     /// pc relative to its ELF file (§7.5 rules; the symbol address, or 0, without a map).
     pub rel_pc: u64,
     /// `dladdr`'s file name, used when no map contains the pc.
@@ -59,12 +61,15 @@ pub fn fast_line(out: &mut impl Write, index: usize, r: &Resolved<'_>) {
 }
 
 /// `          #%0zd  pc %016x  [(offset 0x..) ]name|<unknown>|<anonymous:..>[ (fn[+dec])]`
+///
+/// A pc in no map (its module unloaded since the capture) prints as libunwindstack prints a
+/// frame without a map: the absolute pc and `<unknown>`.
 pub fn full_line(out: &mut impl Write, index: usize, r: &Resolved<'_>) {
     let _ = write!(
         out,
         "          #{}  pc {:0w$x}  ",
         index,
-        r.rel_pc,
+        if r.map.is_some() { r.rel_pc } else { r.pc },
         w = PC_WIDTH
     );
     match &r.map {
@@ -163,32 +168,44 @@ mod tests {
                 elf_start_offset: 0,
             };
             let r = match pc {
+                7 => Resolved {
+                    map: None,
+                    pc: 0x7f12_3456_7890,
+                    rel_pc: 0,
+                    file: None,
+                    symbol: None,
+                },
                 1 => Resolved {
                     map: Some(libc),
+                    pc: 0,
                     rel_pc: 0x29310,
                     file: None,
                     symbol: Some((b"newlocale", 160)),
                 },
                 2 => Resolved {
                     map: Some(libc),
+                    pc: 0,
                     rel_pc: 0x1000,
                     file: None,
                     symbol: None,
                 },
                 3 => Resolved {
                     map: Some(apk),
+                    pc: 0,
                     rel_pc: 0x6000,
                     file: None,
                     symbol: Some((b"Java_foo", 0)),
                 },
                 4 => Resolved {
                     map: Some(anon),
+                    pc: 0,
                     rel_pc: 0x10,
                     file: None,
                     symbol: None,
                 },
                 5 => Resolved {
                     map: None,
+                    pc: 0x7f00_0000_4440,
                     rel_pc: 0x4440,
                     file: Some(b"/x/libdl.so"),
                     symbol: Some((b"dlopen", 12)),
@@ -254,7 +271,7 @@ mod tests {
 
     #[test]
     fn full_format_matches_reference() {
-        let frames: Vec<usize> = vec![1, 2, 3, 4, 5, 6, 2, 2, 2, 2, 2];
+        let frames: Vec<usize> = vec![1, 2, 3, 4, 5, 6, 2, 2, 2, 2, 2, 7];
         let lines = full(&frames);
         assert_eq!(
             lines[0],
@@ -274,12 +291,23 @@ mod tests {
         );
         assert_eq!(
             lines[4],
-            "          #4  pc 0000000000004440  <unknown> (dlopen+12)"
+            "          #4  pc 00007f0000004440  <unknown> (dlopen+12)"
         );
         assert_eq!(lines[5], "          #5  pc 0000000000000000  <unknown>");
         assert_eq!(
             lines[10],
             "          #10  pc 0000000000001000  /system/lib64/libc.so"
+        );
+        // An unloaded module's pc: the absolute pc, as libunwindstack prints a frame without a
+        // map.
+        assert_eq!(lines[11], "          #11  pc 00007f1234567890  <unknown>");
+    }
+
+    #[test]
+    fn fast_format_of_a_pc_in_no_map_keeps_the_reference_value() {
+        assert_eq!(
+            fast(&[7]),
+            vec!["          #00  pc 0000000000000000  <unknown>\n".to_string()]
         );
     }
 }
