@@ -9,6 +9,11 @@
 //! thousands of leaks costs one hash lookup after the first. `dladdr` is the last resort, for a
 //! module whose file cannot be read.
 //!
+//! A pc whose map is not executable now (its module was unloaded after the capture and the
+//! range reused) is described as a pc in no map: the fast format prints the reference's value
+//! for that case (`dladdr`'s answer, normally 0) and `<unknown>`; `backtrace_full` and `bt_info`
+//! print the absolute pc, as libunwindstack does for a frame without a map.
+//!
 //! Lifetime: outside a report each backtrace gets a fresh symbolizer (the reference re-reads the
 //! maps for every backtrace it logs). A report that logs many backtraces (the exit leak report,
 //! the unreachable report, a heap dump) opens a [`Session`]: the symbolizer and its caches then
@@ -210,6 +215,15 @@ impl Symbolizer {
             self.read_maps();
             found = self.maps.as_ref().and_then(|m| m.find(pc));
         }
+        let executable = found
+            .and_then(|i| Some(self.maps.as_ref()?.entries().get(i)?.flags))
+            .is_some_and(|f| f & super::maps::PROT_EXEC != 0);
+        if !executable || self.is_ours(pc) {
+            // A captured pc was in code. Memory that is not code now is the hole an unloaded
+            // module left, reused since (often for this symbolizer's own pages): the pc is
+            // printed as one in no map, not as a frame of whatever data lies there.
+            found = None;
+        }
         let mut frame = Frame {
             pc,
             ..Frame::default()
@@ -285,6 +299,18 @@ impl Symbolizer {
             frame.symbol = Some((self.demangled(raw), off));
         }
         frame
+    }
+
+    /// True when `pc` lies in memory the library mapped for itself (internal pages, or the
+    /// module files this symbolizer reads).
+    fn is_ours(&self, pc: usize) -> bool {
+        let mut ours = self
+            .modules
+            .iter()
+            .flatten()
+            .any(|m| m.symbols.as_ref().is_some_and(|s| s.contains(pc)));
+        crate::pages::for_each_ours(|start, len| ours |= pc.wrapping_sub(start) < len);
+        ours
     }
 
     /// The slot of `path`'s module, opening it if needed.
@@ -527,4 +553,30 @@ pub fn lock_raw() {
 /// Fork parent and child / malloc_enable.
 pub fn unlock_raw() {
     SHARED.force_unlock();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `__cxa_demangle` is found in a loaded C++ runtime without `dlsym`, at the address the
+    /// loader gives it.
+    #[test]
+    fn finds_cxa_demangle_in_a_loaded_cxx_runtime() {
+        // SAFETY: plain dlopen/dlsym of a system library.
+        let h = unsafe { libc::dlopen(c"libstdc++.so.6".as_ptr(), libc::RTLD_NOW) };
+        if h.is_null() {
+            return;
+        }
+        // SAFETY: as above.
+        let want = unsafe { libc::dlsym(h, c"__cxa_demangle".as_ptr()) } as usize;
+        let mut s = Symbolizer::new();
+        s.read_maps();
+        assert_eq!(s.cxa_demangle(), want);
+        let mut buf = [0u8; NAME_MAX];
+        assert_eq!(
+            demangle::demangle(b"_ZN5outer6Leaker4makeEi", want, &mut buf),
+            b"outer::Leaker::make(int)"
+        );
+    }
 }
