@@ -16,9 +16,12 @@ const SHT_GNU_HASH: u32 = 0x6fff_fff6;
 const STT_FUNC: u8 = 2;
 const STT_TLS: u8 = 6;
 const STT_GNU_IFUNC: u8 = 10;
+#[cfg(not(target_os = "android"))]
 const STB_GLOBAL: u8 = 1;
+#[cfg(not(target_os = "android"))]
 const STB_WEAK: u8 = 2;
 const SHN_UNDEF: u16 = 0;
+#[cfg(not(target_os = "android"))]
 const SHN_ABS: u16 = 0xfff1;
 pub const PATH_MAX: usize = 512;
 

@@ -20,24 +20,26 @@
 //! live until the last session ends, when its memory and file mappings are returned.
 //!
 //! Locking: the shared symbolizer is only ever try-locked on report paths (a thread that finds
-//! it busy uses a private one on its stack), so no allocation path waits for it; ending a
-//! session and fork preparation take it blocking, and its holders never wait for them.
+//! it busy uses a private one on its stack), so no report waits for it, even one in a signal
+//! handler that interrupted a holder; only fork preparation takes it blocking.
 //! Everything it allocates comes from mmap ([`store`]); memory is read only through our own file
 //! mappings or `process_vm_readv` ([`relpc`]), never through a map listed by an older maps read.
 
 mod demangle;
 mod elf;
 mod relpc;
+mod session;
 mod store;
 
 use super::format::{MapRef, Resolved, Resolver};
 use super::maps::Maps;
 use core::ffi::{c_char, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
 use demangle::NAME_MAX;
 use elf::ModuleSymbols;
 use relpc::ElfStart;
 use store::PageVec;
+
+pub use session::{Session, lock_raw, unlock_raw, with_symbolizer};
 
 /// Modules whose files stay mapped at once; a report touches few, and one more evicts the
 /// oldest (its index is rebuilt if needed again).
@@ -63,7 +65,8 @@ struct Frame {
 }
 
 struct Module {
-    path: PageVec<u8>,
+    /// The file's path, in the arena.
+    path: Str,
     /// `None`: the file could not be read (then `dladdr` answers for it).
     symbols: Option<ModuleSymbols>,
 }
@@ -318,16 +321,18 @@ impl Symbolizer {
         if let Some(i) = self
             .modules
             .iter()
-            .position(|m| m.as_ref().is_some_and(|m| m.path.as_slice() == path))
+            .position(|m| m.as_ref().is_some_and(|m| self.str(m.path) == path))
         {
             return Some(i);
         }
-        let mut p = PageVec::new();
-        p.extend(path)?;
+        let kept = self.keep(path);
+        if kept.1 as usize != path.len() {
+            return None;
+        }
         let i = self.next_module;
         self.next_module = (i + 1) % MODULES;
         self.modules[i] = Some(Module {
-            path: p,
+            path: kept,
             symbols: ModuleSymbols::open(path),
         });
         Some(i)
@@ -401,14 +406,11 @@ impl Symbolizer {
             return None;
         }
         let first_vaddr = relpc::first_load_vaddr(&e)?;
-        Some(e.start.wrapping_sub(first_vaddr & !(page_size() - 1)))
+        Some(
+            e.start
+                .wrapping_sub(first_vaddr & !(crate::platform::page_size() - 1)),
+        )
     }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 { p as usize } else { 4096 }
 }
 
 fn keep_in(strings: &mut PageVec<u8>, bytes: &[u8]) -> Str {
@@ -493,66 +495,6 @@ fn dladdr(pc: usize) -> Sym {
             0
         },
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The shared symbolizer and report sessions.
-
-static SHARED: crate::mutex::Mutex<Symbolizer> = crate::mutex::Mutex::new(Symbolizer::new());
-static SESSIONS: AtomicUsize = AtomicUsize::new(0);
-
-/// Runs `f` with a symbolizer: the shared one when it is free (its caches kept inside a
-/// session, fresh otherwise), else a private one.
-pub fn with_symbolizer<R>(f: impl FnOnce(&mut Symbolizer) -> R) -> R {
-    match SHARED.try_lock() {
-        Some(mut shared) => {
-            let in_session = SESSIONS.load(Ordering::Acquire) > 0;
-            if !in_session {
-                *shared = Symbolizer::new();
-            }
-            let r = f(&mut shared);
-            if !in_session {
-                *shared = Symbolizer::new();
-            }
-            r
-        }
-        None => f(&mut Symbolizer::new()),
-    }
-}
-
-/// A report that symbolizes many backtraces: caches live until the last session ends.
-pub struct Session(());
-
-impl Session {
-    pub fn begin() -> Session {
-        if SESSIONS.fetch_add(1, Ordering::AcqRel) == 0
-            && let Some(mut shared) = SHARED.try_lock()
-        {
-            // Maps read by an earlier report may be stale.
-            *shared = Symbolizer::new();
-        }
-        Session(())
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        if SESSIONS.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // Returns the memory and unmaps the module files (a heap dump copies the maps
-            // next, which must not list them).
-            *SHARED.lock() = Symbolizer::new();
-        }
-    }
-}
-
-/// Fork prepare / malloc_disable.
-pub fn lock_raw() {
-    SHARED.lock_raw();
-}
-
-/// Fork parent and child / malloc_enable.
-pub fn unlock_raw() {
-    SHARED.force_unlock();
 }
 
 #[cfg(test)]
