@@ -127,11 +127,6 @@ impl ModuleSymbols {
         unsafe { core::slice::from_raw_parts(self.base, self.len) }
     }
 
-    /// True when `addr` lies in this value's mapping of the file.
-    pub fn contains(&self, addr: usize) -> bool {
-        addr.wrapping_sub(self.base as usize) < self.len
-    }
-
     /// True when the file has a dynamic symbol table this module can search like `dladdr`.
     pub fn has_dynsym(&self) -> bool {
         self.dynsym.is_some()

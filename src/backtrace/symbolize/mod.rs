@@ -221,7 +221,7 @@ impl Symbolizer {
         let executable = found
             .and_then(|i| Some(self.maps.as_ref()?.entries().get(i)?.flags))
             .is_some_and(|f| f & super::maps::PROT_EXEC != 0);
-        if !executable || self.is_ours(pc) {
+        if !executable {
             // A captured pc was in code. Memory that is not code now is the hole an unloaded
             // module left, reused since (often for this symbolizer's own pages): the pc is
             // printed as one in no map, not as a frame of whatever data lies there.
@@ -248,8 +248,12 @@ impl Symbolizer {
             let (rel, elf_start_offset) = relpc::rel_pc(maps, i, pc, here, prev);
             let e = maps.entries()[i];
             let name = maps.name(&e);
-            path_len = name.len().min(map_path.len());
-            map_path[..path_len].copy_from_slice(&name[..path_len]);
+            frame.map_name = keep_in(&mut self.strings, name);
+            // A path too long to open is named but not read (dladdr answers for it).
+            if name.len() < map_path.len() {
+                path_len = name.len();
+                map_path[..path_len].copy_from_slice(name);
+            }
             frame.has_map = true;
             frame.rel_pc = rel as u64;
             frame.map_start = e.start as u64;
@@ -264,7 +268,6 @@ impl Symbolizer {
             dl = Some(d);
         }
         let path = &map_path[..path_len];
-        frame.map_name = self.keep(path);
         if frame.has_map {
             // An ELF embedded in an APK has no file of its own to read.
             let module = (frame.elf_start_offset == 0 && path.first() == Some(&b'/'))
@@ -302,18 +305,6 @@ impl Symbolizer {
             frame.symbol = Some((self.demangled(raw), off));
         }
         frame
-    }
-
-    /// True when `pc` lies in memory the library mapped for itself (internal pages, or the
-    /// module files this symbolizer reads).
-    fn is_ours(&self, pc: usize) -> bool {
-        let mut ours = self
-            .modules
-            .iter()
-            .flatten()
-            .any(|m| m.symbols.as_ref().is_some_and(|s| s.contains(pc)));
-        crate::pages::for_each_ours(|start, len| ours |= pc.wrapping_sub(start) < len);
-        ours
     }
 
     /// The slot of `path`'s module, opening it if needed.
