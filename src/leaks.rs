@@ -64,8 +64,8 @@ fn report_all(state: &State, records: &[Record]) {
     let total = records.len();
     // Large writes instead of one per line on the host (docs/performance.md, "Exit reports").
     let _batch = crate::log::Batch::begin();
-    // One symbol resolver (one maps read) for the whole report, not one per leak.
-    let _symbols = crate::backtrace::ResolverScope::begin();
+    // One symbolization session for the whole report: each distinct pc is resolved once.
+    let _symbols = crate::backtrace::SymbolSession::begin();
     for (i, r) in records.iter().enumerate() {
         leak_line(state, r, i, total, None);
     }
@@ -140,6 +140,10 @@ fn report_classified(
         return n;
     };
     let kind_of = |r: &Record| by_address.kind_of(&kinds, r.pointer);
+    // As in `report_all`: large writes, and each distinct pc symbolized once (suppression rules
+    // match function names too).
+    let _batch = crate::log::Batch::begin();
+    let _symbols = crate::backtrace::SymbolSession::begin();
     let plan = plan.slice();
     let mut verdicts = Verdicts::new(n);
     let mut counts = [Count::default(); 4];

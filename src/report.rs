@@ -256,6 +256,8 @@ fn write_dump(state: &State, w: &mut FdWriter) {
     let _ = writeln!(w, "Total memory: {}", total);
     let _ = writeln!(w, "Allocation records: {}", count);
     let _ = write!(w, "Backtrace size: {}\n\n", state.config.backtrace_frames);
+    // One symbolization session for every bt_info line: maps read once, each pc resolved once.
+    let symbols = backtrace::SymbolSession::begin();
     for u in unique(records.iter()) {
         let _ = write!(
             w,
@@ -276,9 +278,9 @@ fn write_dump(state: &State, w: &mut FdWriter) {
             let _ = w.write_str("\n");
         }
     }
-    // The ELF files mapped to name bt_info's functions are not the process's: unmapped before
-    // the maps are copied.
-    backtrace::release_caches();
+    // The ELF files mapped to name bt_info's functions are not the process's: unmapped (the
+    // session ends) before the maps are copied.
+    drop(symbols);
     let _ = w.write_str("MAPS\n");
     if !copy_file(b"/proc/self/maps\0", w) {
         let _ = w.write_str("Could not open /proc/self/maps\n");

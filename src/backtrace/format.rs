@@ -19,6 +19,8 @@ pub struct MapRef<'a> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Resolved<'a> {
     pub map: Option<MapRef<'a>>,
+    /// The absolute pc (what libunwindstack prints for a pc in no map: `backtrace_full`).
+    pub pc: u64,
     /// pc relative to its ELF file (§7.5 rules; the symbol address, or 0, without a map).
     pub rel_pc: u64,
     /// `dladdr`'s file name, used when no map contains the pc.
@@ -32,6 +34,22 @@ const PC_WIDTH: usize = 16;
 #[cfg(target_pointer_width = "32")]
 const PC_WIDTH: usize = 8;
 
+/// `%016x` (`%08x` on ILP32) of a pc. Hand-written: `{:016x}` pads one `write_char` at a time,
+/// which showed in the profile of a million-leak report.
+fn write_pc(out: &mut impl Write, pc: u64) {
+    let mut digits = [b'0'; 16];
+    let mut v = pc;
+    let mut i = digits.len();
+    while v != 0 && i > 0 {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[(v & 0xf) as usize];
+        v >>= 4;
+    }
+    let start = i.min(digits.len() - PC_WIDTH);
+    // The digits are ASCII.
+    let _ = out.write_str(core::str::from_utf8(&digits[start..]).unwrap_or(""));
+}
+
 /// `          #%02zd  pc %016x  name[ (offset 0x..)][ (symbol+dec)]\n`
 pub fn fast_line(out: &mut impl Write, index: usize, r: &Resolved<'_>) {
     let name: &[u8] = match (&r.map, r.file) {
@@ -39,14 +57,9 @@ pub fn fast_line(out: &mut impl Write, index: usize, r: &Resolved<'_>) {
         (None, Some(f)) => f,
         (None, None) => b"<unknown>",
     };
-    let _ = write!(
-        out,
-        "          #{:02}  pc {:0w$x}  {}",
-        index,
-        r.rel_pc,
-        Bytes(name),
-        w = PC_WIDTH
-    );
+    let _ = write!(out, "          #{:02}  pc ", index);
+    write_pc(out, r.rel_pc);
+    let _ = write!(out, "  {}", Bytes(name));
     if let Some(m) = &r.map
         && m.elf_start_offset != 0
     {
@@ -59,14 +72,13 @@ pub fn fast_line(out: &mut impl Write, index: usize, r: &Resolved<'_>) {
 }
 
 /// `          #%0zd  pc %016x  [(offset 0x..) ]name|<unknown>|<anonymous:..>[ (fn[+dec])]`
+///
+/// A pc in no map (its module unloaded since the capture) prints as libunwindstack prints a
+/// frame without a map: the absolute pc and `<unknown>`.
 pub fn full_line(out: &mut impl Write, index: usize, r: &Resolved<'_>) {
-    let _ = write!(
-        out,
-        "          #{}  pc {:0w$x}  ",
-        index,
-        r.rel_pc,
-        w = PC_WIDTH
-    );
+    let _ = write!(out, "          #{}  pc ", index);
+    write_pc(out, if r.map.is_some() { r.rel_pc } else { r.pc });
+    let _ = out.write_str("  ");
     match &r.map {
         None => {
             let _ = out.write_str("<unknown>");
@@ -110,8 +122,10 @@ pub fn fast_block(
     emit: &mut dyn FnMut(&mut StackBuf<RECORD>),
 ) {
     let mut rec = StackBuf::<RECORD>::new();
+    // One line buffer for all frames (cleared, not re-zeroed, per line).
+    let mut line = StackBuf::<1024>::new();
     for (i, &pc) in frames.iter().enumerate() {
-        let mut line = StackBuf::<1024>::new();
+        line.clear();
         res.resolve(pc, &mut |r| fast_line(&mut line, i, r));
         if rec.len() + line.len() > RECORD && !rec.is_empty() {
             emit(&mut rec);
@@ -163,32 +177,44 @@ mod tests {
                 elf_start_offset: 0,
             };
             let r = match pc {
+                7 => Resolved {
+                    map: None,
+                    pc: 0x7f12_3456_7890,
+                    rel_pc: 0,
+                    file: None,
+                    symbol: None,
+                },
                 1 => Resolved {
                     map: Some(libc),
+                    pc: 0,
                     rel_pc: 0x29310,
                     file: None,
                     symbol: Some((b"newlocale", 160)),
                 },
                 2 => Resolved {
                     map: Some(libc),
+                    pc: 0,
                     rel_pc: 0x1000,
                     file: None,
                     symbol: None,
                 },
                 3 => Resolved {
                     map: Some(apk),
+                    pc: 0,
                     rel_pc: 0x6000,
                     file: None,
                     symbol: Some((b"Java_foo", 0)),
                 },
                 4 => Resolved {
                     map: Some(anon),
+                    pc: 0,
                     rel_pc: 0x10,
                     file: None,
                     symbol: None,
                 },
                 5 => Resolved {
                     map: None,
+                    pc: 0x7f00_0000_4440,
                     rel_pc: 0x4440,
                     file: Some(b"/x/libdl.so"),
                     symbol: Some((b"dlopen", 12)),
@@ -231,6 +257,24 @@ mod tests {
     }
 
     #[test]
+    fn pc_widths() {
+        let mut b = StackBuf::<64>::new();
+        for pc in [
+            0u64,
+            0x1,
+            0xabc,
+            0xffff_ffff,
+            0x7fff_1234_5678_9abc,
+            u64::MAX,
+        ] {
+            b.clear();
+            write_pc(&mut b, pc);
+            let want = format!("{:0w$x}", pc, w = PC_WIDTH);
+            assert_eq!(b.as_bytes(), want.as_bytes());
+        }
+    }
+
+    #[test]
     fn fast_format_index_padding_and_split() {
         let frames = [2usize; 120];
         let recs = fast(&frames);
@@ -254,7 +298,7 @@ mod tests {
 
     #[test]
     fn full_format_matches_reference() {
-        let frames: Vec<usize> = vec![1, 2, 3, 4, 5, 6, 2, 2, 2, 2, 2];
+        let frames: Vec<usize> = vec![1, 2, 3, 4, 5, 6, 2, 2, 2, 2, 2, 7];
         let lines = full(&frames);
         assert_eq!(
             lines[0],
@@ -274,12 +318,23 @@ mod tests {
         );
         assert_eq!(
             lines[4],
-            "          #4  pc 0000000000004440  <unknown> (dlopen+12)"
+            "          #4  pc 00007f0000004440  <unknown> (dlopen+12)"
         );
         assert_eq!(lines[5], "          #5  pc 0000000000000000  <unknown>");
         assert_eq!(
             lines[10],
             "          #10  pc 0000000000001000  /system/lib64/libc.so"
+        );
+        // An unloaded module's pc: the absolute pc, as libunwindstack prints a frame without a
+        // map.
+        assert_eq!(lines[11], "          #11  pc 00007f1234567890  <unknown>");
+    }
+
+    #[test]
+    fn fast_format_of_a_pc_in_no_map_keeps_the_reference_value() {
+        assert_eq!(
+            fast(&[7]),
+            vec!["          #00  pc 0000000000000000  <unknown>\n".to_string()]
         );
     }
 }

@@ -6,8 +6,8 @@
 //! cache miss). The walk itself (walk.rs) uses per-return-address unwind rules cached in a
 //! lock-free table (cache.rs) computed from `.eh_frame` with gimli on a miss (cfi.rs); stacks
 //! the cache cannot express go through the `unwinding` crate's `_Unwind_Backtrace`; aarch64
-//! Android walks frame records first. Symbolisation (maps, ELF headers, dladdr, demangling)
-//! happens only when logging or dumping.
+//! Android walks frame records first. Symbolization (maps, ELF symbol tables, demangling:
+//! the `symbolize` submodule) happens only when logging or dumping.
 
 mod arch;
 mod cache;
@@ -16,19 +16,17 @@ mod format;
 pub(crate) mod maps;
 mod memo;
 pub(crate) mod quarantine;
-mod report_scope;
 mod rule;
 #[cfg(all(target_arch = "aarch64", target_os = "android"))]
 mod stack;
-mod symbols;
-mod symtab;
+mod symbolize;
 mod table;
 mod walk;
 
 #[cfg(test)]
 mod tests;
 
-pub use report_scope::ResolverScope;
+pub use symbolize::Session as SymbolSession;
 pub use table::BacktraceTable;
 
 use crate::platform::Priority;
@@ -123,7 +121,7 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> usize {
 /// The fast-path block (abi §7.5): ERROR records, normally one (a block longer than a log
 /// record is split at line boundaries).
 pub fn log_frames(frames: &[usize]) {
-    report_scope::with_resolver(frames, |res| {
+    symbolize::with_symbolizer(|res| {
         format::fast_block(frames, res, &mut |rec| {
             crate::log::write_record(Priority::Error, TAG, rec)
         })
@@ -132,7 +130,7 @@ pub fn log_frames(frames: &[usize]) {
 
 /// The `backtrace_full` format (abi §7.6): one ERROR record per frame.
 pub fn log_frames_full(frames: &[usize]) {
-    report_scope::with_resolver(frames, |res| {
+    symbolize::with_symbolizer(|res| {
         format::full_block(frames, res, &mut |rec| {
             crate::log::write_record(Priority::Error, TAG, rec)
         })
@@ -146,6 +144,8 @@ const TAG: &str = "malloc_debug";
 pub struct FrameDescription<'a> {
     /// Map name; empty when no map contains the pc or the map is anonymous.
     pub map_name: &'a [u8],
+    /// pc relative to its ELF file; the absolute pc when no map contains it (libunwindstack's
+    /// value for a frame without a map).
     pub rel_pc: u64,
     /// The map's start address (0 without a map); bt_info does not print it, tests check it.
     #[cfg_attr(not(test), allow(dead_code, reason = "read by tests only"))]
@@ -156,40 +156,32 @@ pub struct FrameDescription<'a> {
     pub function_offset: u64,
 }
 
-/// Describes `pc` for `bt_info` lines. Reads /proc/self/maps (kept between calls, re-read when
-/// a pc is in no known map). Call it without holding locks that allocation paths take.
+/// Describes `pc` for `bt_info` lines. Call it inside a [`SymbolSession`] (a heap dump opens
+/// one) so that the maps are read once and each pc resolved once; without one, every call
+/// starts afresh. Call it without holding locks that allocation paths take.
 pub fn describe_frame(pc: usize, f: &mut dyn FnMut(&FrameDescription<'_>)) {
-    let mut guard = DESCRIBE.lock();
-    let res = guard.get_or_insert_with(symbols::LiveResolver::new);
-    res.refresh_for(pc);
-    res.resolve(pc, &mut |r| {
-        let (function, function_offset) = r.symbol.unwrap_or((b"", 0));
-        let d = FrameDescription {
-            map_name: r.map.map_or(b"", |m| m.name),
-            rel_pc: r.rel_pc,
-            map_start: r.map.map_or(0, |m| m.start),
-            function,
-            function_offset,
-        };
-        f(&d)
+    symbolize::with_symbolizer(|res| {
+        res.resolve(pc, &mut |r| {
+            let (function, function_offset) = r.symbol.unwrap_or((b"", 0));
+            let d = FrameDescription {
+                map_name: r.map.map_or(b"", |m| m.name),
+                rel_pc: if r.map.is_some() { r.rel_pc } else { r.pc },
+                map_start: r.map.map_or(0, |m| m.start),
+                function,
+                function_offset,
+            };
+            f(&d)
+        })
     });
 }
 
-static DESCRIBE: crate::mutex::Mutex<Option<symbols::LiveResolver>> =
-    crate::mutex::Mutex::new(None);
-
-/// Forgets the cached maps of `describe_frame` (after a dump, so memory is returned).
-pub fn release_caches() {
-    *DESCRIBE.lock() = None;
-}
-
-/// Fork prepare / malloc_disable: takes the module's own lock (the `describe_frame` cache).
+/// Fork prepare / malloc_disable: takes the module's own lock (the symbolizer's caches).
 /// Capture takes no lock of ours; `BacktraceTable` has its own `lock_raw`.
 pub fn lock_raw() {
-    DESCRIBE.lock_raw();
+    symbolize::lock_raw();
 }
 
 /// Fork parent and child / malloc_enable: releases what `lock_raw` took.
 pub fn unlock_raw() {
-    DESCRIBE.force_unlock();
+    symbolize::unlock_raw();
 }

@@ -374,7 +374,7 @@ fn live_resolver_on_libc_symbol() {
     // SAFETY: valid out-parameter.
     assert!(unsafe { libc::dladdr(pc as *const c_void, &mut info) } != 0);
     let base = info.dli_fbase as usize;
-    let mut res = symbols::LiveResolver::new();
+    let mut res = symbolize::Symbolizer::new();
     let mut seen = false;
     res.resolve(pc, &mut |r| {
         let m = r.map.expect("libc map");
@@ -427,11 +427,16 @@ fn describe_frame_fields() {
     assert!(!name.is_empty() && start != 0 && rel_pc != 0);
     assert!(function.ends_with(b"getpid"));
     assert_eq!(off, 4);
+    // A pc in no map: libunwindstack's values (the absolute pc).
     describe_frame(16, &mut |d| {
         assert!(d.map_name.is_empty() && d.function.is_empty());
-        assert_eq!((d.rel_pc, d.map_start, d.function_offset), (0, 0, 0));
+        assert_eq!((d.rel_pc, d.map_start, d.function_offset), (16, 0, 0));
     });
-    release_caches();
+    {
+        let _session = SymbolSession::begin();
+        describe_frame(pc, &mut |d| assert!(d.function.ends_with(b"getpid")));
+        describe_frame(pc, &mut |d| assert!(d.function.ends_with(b"getpid")));
+    }
     lock_raw();
     unlock_raw();
     describe_frame(pc, &mut |d| assert!(d.function.ends_with(b"getpid")));

@@ -20,6 +20,8 @@ pub(super) fn receive_and_log(state: &State, fd: libc::c_int) -> Option<()> {
         summary.allocations,
         plural(summary.allocations)
     );
+    // One symbolization session for every backtrace of the report.
+    let _symbols = crate::backtrace::SymbolSession::begin();
     for _ in 0..summary.reported {
         let leak: Leak = receive(fd)?;
         let mut record = StackBuf::<2048>::new();
