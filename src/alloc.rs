@@ -337,10 +337,9 @@ pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, siz
 // free / realloc / malloc_usable_size
 
 /// The internal free shared by free and realloc (spec §2.8 step 4), for a block already out of
-/// the live table.
+/// the live table (the deferred signal work ran before it left: see `free`).
 fn free_untracked(cx: &Entered, pointer: usize) {
     let state = cx.state;
-    crate::deferred::on_internal_malloc_or_free(state);
     let d = state.dispatch;
     // Without a header, the usable size costs a native call: ask only when something needs it.
     let needs_bytes = state.has(bits::FILL_ON_FREE) || state.has(bits::FREE_TRACK);
@@ -400,6 +399,9 @@ fn queue_freed(cx: &Entered, pointer: usize, orig: usize, bytes: usize) {
 pub fn free(cx: &Entered, pointer: *mut c_void) {
     let state = cx.state;
     let pointer = pointer as usize;
+    // Before the block leaves the table, as the reference does: a heap dump the signal asked
+    // for still lists the block being freed.
+    crate::deferred::on_internal_malloc_or_free(state);
     if verify::check_and_untrack(state, pointer, "free").is_none() {
         return;
     }
@@ -452,6 +454,8 @@ fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, present: &mut i64)
     if old == 0 {
         return internal_malloc(cx, bytes);
     }
+    // As in `free`: a dump the signal asked for lists the old block.
+    crate::deferred::on_internal_malloc_or_free(state);
     // From here on the old block is out of the live table (one lookup for the check and the
     // removal); every way out either frees it or tracks it again.
     let Some(old_record) = verify::check_and_untrack(state, old, "realloc") else {

@@ -240,6 +240,40 @@ fn write_malloc_leak_info_to_file() {
     assert!(out.contains("write=0\n"), "{out}");
 }
 
+/// The dump a signal asks for runs at the next free before the freed block leaves the table, as
+/// the reference's does: the block being freed is in it, and in "Total memory".
+#[test]
+fn dump_on_signal_at_a_free_lists_the_block_being_freed() {
+    let dir = scratch_dir("leak-info-signal-free");
+    let prefix = dir.join("heap");
+    let output = run(
+        "dump-on-signal-free",
+        &format!("backtrace backtrace_dump_prefix={}", prefix.display()),
+        "",
+    );
+    ok(&output);
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(dir.join(&files[0])).unwrap();
+    let (records, _) = parse_dump(&text, 16);
+    assert!(
+        records
+            .iter()
+            .any(|r| r.starts_with("z 0  sz      123  num    1  bt ")),
+        "{text}"
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.starts_with("z 0  sz       45  num    1  bt ")),
+        "{text}"
+    );
+    assert!(text.contains("Total memory: 168\n"), "{text}");
+}
+
 #[test]
 fn dump_on_signal_at_next_malloc() {
     let dir = scratch_dir("leak-info-signal");

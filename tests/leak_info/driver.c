@@ -284,6 +284,12 @@ int main(int argc, char** argv) {
     void* b = d_malloc(1);
     d_free(b);
     d_free(a);
+  } else if (strcmp(scenario, "dump-on-signal-free") == 0) {
+    void* a = site_a(123);
+    void* b = site_b(45);
+    raise(SIGRTMAX - 17);
+    d_free(a);  // the dump runs here, before `a` leaves the table
+    d_free(b);
   } else if (strcmp(scenario, "fork-unwind") == 0) {
     fork_while_unwinding();
   } else {
