@@ -4,7 +4,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::cli::ReportArgs;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::args::{Flag, Spec, number};
 use crate::dump::{self, Dump};
 use crate::profile::{self, Node, Profile, percent};
 use crate::symbolize::Symbolizer;
@@ -23,18 +27,107 @@ pub fn load(path: &Path, symbols: Option<&Path>) -> Result<(Dump, Profile)> {
     Ok((dump, profile))
 }
 
-pub fn main(args: ReportArgs) -> Result<()> {
-    let (dump, profile) = load(&args.dump, args.symbols.as_deref())?;
-    let title = args
-        .dump
+#[derive(Default)]
+pub struct Args {
+    pub dump: Option<PathBuf>,
+    pub symbols: Option<PathBuf>,
+    pub top: Option<usize>,
+    pub html: Option<PathBuf>,
+    pub flamegraph: Option<PathBuf>,
+    pub pprof: Option<PathBuf>,
+}
+
+/// `--symbols DIR`, shared with `diff` and `symbolize`.
+pub const SYMBOLS_HELP: &str = "look for the modules' files (with debug info) under DIR first:\n\
+     DIR/<path on the device> (like $ANDROID_PRODUCT_OUT/symbols), then DIR/<file name>";
+
+pub const SPEC: Spec<Args> = Spec {
+    command: "report",
+    operands: "DUMP",
+    about: "Symbolized report of a heap dump (v1.0, v1.1, v1.2): the allocations by call site,\n\
+            as a text tree on stdout and optionally as HTML, an SVG flamegraph or pprof.",
+    flags: &[
+        Flag {
+            name: "symbols",
+            short: None,
+            value: Some("DIR"),
+            help: SYMBOLS_HELP,
+            set: |a, v| {
+                a.symbols = Some(v.into());
+                Ok(())
+            },
+        },
+        Flag {
+            name: "top",
+            short: None,
+            value: Some("N"),
+            help: "show the N biggest call sites at each level (default 10)",
+            set: |a, v| {
+                a.top = Some(number(v, "--top")?);
+                Ok(())
+            },
+        },
+        Flag {
+            name: "html",
+            short: None,
+            value: Some("OUT.html"),
+            help: "also write an HTML report (flamegraph and tables)",
+            set: |a, v| {
+                a.html = Some(v.into());
+                Ok(())
+            },
+        },
+        Flag {
+            name: "flamegraph",
+            short: None,
+            value: Some("OUT.svg"),
+            help: "also write an SVG flamegraph",
+            set: |a, v| {
+                a.flamegraph = Some(v.into());
+                Ok(())
+            },
+        },
+        Flag {
+            name: "pprof",
+            short: None,
+            value: Some("OUT.pb.gz"),
+            help: "also write a pprof profile (go tool pprof, speedscope)",
+            set: |a, v| {
+                a.pprof = Some(v.into());
+                Ok(())
+            },
+        },
+    ],
+    operand: |a: &mut Args, v: OsString, _| {
+        if a.dump.is_some() {
+            return Err(crate::err!("report: unexpected argument {:?}", v.to_string_lossy()));
+        }
+        a.dump = Some(v.into());
+        Ok(())
+    },
+};
+
+pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
+    let Some(args) = SPEC.parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let dump_path = args.dump.clone().ok_or_else(|| crate::err!("report: no DUMP file given"))?;
+    let top = args.top.unwrap_or(10);
+    run(&dump_path, &args, top)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(dump_path: &Path, args: &Args, top: usize) -> Result<()> {
+    let (dump, profile) = load(dump_path, args.symbols.as_deref())?;
+    let title = dump_path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    print!("{}", text(&dump, &profile, args.top));
+    print!("{}", text(&dump, &profile, top));
     if let Some(out) = &args.html {
         write(
             out,
-            html::render(&title, &dump, &profile, args.top).as_bytes(),
+            html::render(&title, &dump, &profile, top).as_bytes(),
         )?;
     }
     if let Some(out) = &args.flamegraph {
