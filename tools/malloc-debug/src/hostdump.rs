@@ -64,6 +64,15 @@ fn env_var<'a>(environ: &'a [u8], name: &str) -> Option<&'a [u8]> {
     })
 }
 
+/// Whether `pid` still runs (a zombie does not).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // `pid (comm) S ...`: the state follows the last ')'.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+    })
+}
+
 /// The dump file's identity, to tell a new dump from an earlier one.
 fn identity(path: &Path) -> Option<(u64, i64, i64)> {
     let m = std::fs::metadata(path).ok()?;
@@ -120,6 +129,12 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
         if now.is_some() && now != before {
             println!("{}", path.display());
             return Ok(ExitCode::SUCCESS);
+        }
+        if !running(pid) {
+            return Err(err!(
+                "dump: process {pid} ended before writing {}",
+                path.display()
+            ));
         }
         if start.elapsed() >= wait {
             return Err(err!(
