@@ -1,6 +1,7 @@
 //! `malloc_debug_check_options`: the option parser as a host-only extension export (README
-//! "Extensions"), so that the `malloc-debug` CLI can refuse a bad option string with the
-//! library's own messages *before* it starts a program, instead of re-implementing the parser.
+//! "Differences from the reference"), so that the `malloc-debug` CLI can refuse a bad option
+//! string with the library's own messages *before* it starts a program, instead of
+//! re-implementing the parser.
 //!
 //! ```c
 //! int64_t malloc_debug_check_options(const char* options, const char* progname,

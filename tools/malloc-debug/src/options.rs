@@ -1,6 +1,6 @@
 //! The option string is checked by the library's own parser before anything runs: the CLI
 //! `dlopen`s the libc_malloc_debug.so it is about to preload and calls its host-only extension
-//! `malloc_debug_check_options` (README "Extensions"), which parses exactly as
+//! `malloc_debug_check_options` (README "Differences from the reference"), which parses as
 //! `debug_initialize` does and initialises nothing. So an option error is reported with the
 //! library's exact lines, and the CLI never keeps a second copy of the option table.
 
