@@ -230,12 +230,20 @@ mod tests {
         let f = |l| parse_frame(l).map(|f| (f.module.to_string(), f.pc));
         let want = Some(("/bin/prog".to_string(), 0x11ad));
         assert_eq!(
-            f("11-26 06:09:40.708  1  1 E malloc_debug:           #01  pc 00000000000011ad  /bin/prog (main+16)"),
+            f(
+                "11-26 06:09:40.708  1  1 E malloc_debug:           #01  pc 00000000000011ad  /bin/prog (main+16)"
+            ),
             want
         );
         assert_eq!(f("E/malloc_debug( 99): #01  pc 11ad  /bin/prog"), want);
-        assert_eq!(f("          #01  pc 00000000000011ad  (offset 0x1000) /bin/prog (main)"), want);
-        assert_eq!(f("#01  pc 11ad  /data/app/x.apk (offset 0x4000) (f+1)"), None);
+        assert_eq!(
+            f("          #01  pc 00000000000011ad  (offset 0x1000) /bin/prog (main)"),
+            want
+        );
+        assert_eq!(
+            f("#01  pc 11ad  /data/app/x.apk (offset 0x4000) (f+1)"),
+            None
+        );
         assert_eq!(f("#1 pc 11ad /bin/prog"), None);
         assert_eq!(f("#01  pc 11ad  <unknown>"), None);
         assert_eq!(f("no frame # here"), None);

@@ -315,7 +315,10 @@ pub const SPEC: Spec<Args> = Spec {
     }],
     operand: |a: &mut Args, v: OsString, _| {
         if a.file.is_some() {
-            return Err(crate::err!("records: unexpected argument {:?}", v.to_string_lossy()));
+            return Err(crate::err!(
+                "records: unexpected argument {:?}",
+                v.to_string_lossy()
+            ));
         }
         a.file = Some(v.into());
         Ok(())
@@ -326,7 +329,9 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
     let Some(args) = SPEC.parse(args)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    let file = args.file.ok_or_else(|| crate::err!("records: no FILE given"))?;
+    let file = args
+        .file
+        .ok_or_else(|| crate::err!("records: no FILE given"))?;
     let bytes = std::fs::read(&file).map_err(|e| Error(format!("{}: {e}", file.display())))?;
     let text = String::from_utf8_lossy(&bytes);
     let entries = parse(&text).map_err(|e| Error(format!("{}:{}", file.display(), e.0)))?;

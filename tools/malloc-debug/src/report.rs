@@ -100,7 +100,10 @@ pub const SPEC: Spec<Args> = Spec {
     ],
     operand: |a: &mut Args, v: OsString, _| {
         if a.dump.is_some() {
-            return Err(crate::err!("report: unexpected argument {:?}", v.to_string_lossy()));
+            return Err(crate::err!(
+                "report: unexpected argument {:?}",
+                v.to_string_lossy()
+            ));
         }
         a.dump = Some(v.into());
         Ok(())
@@ -111,7 +114,10 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
     let Some(args) = SPEC.parse(args)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    let dump_path = args.dump.clone().ok_or_else(|| crate::err!("report: no DUMP file given"))?;
+    let dump_path = args
+        .dump
+        .clone()
+        .ok_or_else(|| crate::err!("report: no DUMP file given"))?;
     let top = args.top.unwrap_or(10);
     run(&dump_path, &args, top)?;
     Ok(ExitCode::SUCCESS)
@@ -125,10 +131,7 @@ fn run(dump_path: &Path, args: &Args, top: usize) -> Result<()> {
         .unwrap_or_default();
     print!("{}", text(&dump, &profile, top));
     if let Some(out) = &args.html {
-        write(
-            out,
-            html::render(&title, &dump, &profile, top).as_bytes(),
-        )?;
+        write(out, html::render(&title, &dump, &profile, top).as_bytes())?;
     }
     if let Some(out) = &args.flamegraph {
         let tree = profile::top_down(&profile);

@@ -37,7 +37,10 @@ fn every_local_link_of_the_docs_resolves() {
         }
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
-    assert!(images >= 2, "README.md and docs/tools.md show docs/report.png");
+    assert!(
+        images >= 2,
+        "README.md and docs/tools.md show docs/report.png"
+    );
 }
 
 #[test]

@@ -48,7 +48,10 @@ fn dumps_a_process_running_with_backtraces() {
     let path = format!("{}.{pid}.txt", prefix.display());
     assert_eq!(ok(out), format!("{path}\n"));
     let dump = std::fs::read_to_string(&path).unwrap();
-    assert!(dump.starts_with("Android Native Heap Dump v1.2\n"), "{dump}");
+    assert!(
+        dump.starts_with("Android Native Heap Dump v1.2\n"),
+        "{dump}"
+    );
     // A second dump replaces the first: the CLI waits for the new file, not the old one.
     let out = cli().args(["dump", &pid]).output().unwrap();
     assert_eq!(ok(out), format!("{path}\n"));

@@ -53,7 +53,12 @@ fn every_subcommand_answers_help_naming_every_flag() {
         for help in ["--help", "-h"] {
             // --help wins over the operands (for `run`, everything after CMD is CMD's).
             let out = cli().args([command, help, "x"]).output().unwrap();
-            assert_eq!(out.status.code(), Some(0), "{command} {help}: {}", stderr(&out));
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{command} {help}: {}",
+                stderr(&out)
+            );
             assert_eq!(stderr(&out), "", "{command}");
             let text = stdout(&out);
             assert!(
@@ -87,7 +92,8 @@ fn top_level_help_lists_every_command_and_version() {
     let text = ok(cli().arg("--help").output().unwrap());
     for (command, _) in COMMANDS {
         assert!(
-            text.lines().any(|l| l.starts_with(&format!("  {command} "))),
+            text.lines()
+                .any(|l| l.starts_with(&format!("  {command} "))),
             "{text}"
         );
     }

@@ -385,7 +385,10 @@ fn base64(text: &str) -> Vec<u8> {
 fn note_skip(what: &str) {
     use std::io::Write;
     if let Some(log) = std::env::var_os("MALLOC_DEBUG_SKIP_LOG").filter(|v| !v.is_empty())
-        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log)
+        && let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
     {
         let _ = f.write_all(format!("{what}\n").as_bytes());
     }

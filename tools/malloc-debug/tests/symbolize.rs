@@ -49,8 +49,16 @@ fn a_saved_host_log_gets_what_run_shows() {
     let text = ok(cli().arg("symbolize").arg(&file).output().unwrap());
     assert_eq!(symbolize(&[], &log), text);
     assert_eq!(symbolize(&["-"], &log), text);
-    let live = cli().args(["run", "--"]).arg(buggy()).arg("leak").output().unwrap();
-    assert_eq!(normalize(&text, buggy()), normalize(&stderr(&live), buggy()));
+    let live = cli()
+        .args(["run", "--"])
+        .arg(buggy())
+        .arg("leak")
+        .output()
+        .unwrap();
+    assert_eq!(
+        normalize(&text, buggy()),
+        normalize(&stderr(&live), buggy())
+    );
     let expected = format!(
         "{}{}",
         "malloc-debug: using --options \"backtrace guard free_track leak_track\" (the default: \
@@ -127,8 +135,14 @@ fn split(name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let dir = tmp_dir(name);
     let stripped = dir.join("buggy");
     let debug = dir.join("buggy.debug");
-    tool("objcopy", &[Path::new("--only-keep-debug"), buggy(), &debug]);
-    tool("strip", &[Path::new("-g"), buggy(), Path::new("-o"), &stripped]);
+    tool(
+        "objcopy",
+        &[Path::new("--only-keep-debug"), buggy(), &debug],
+    );
+    tool(
+        "strip",
+        &[Path::new("-g"), buggy(), Path::new("-o"), &stripped],
+    );
     (dir, stripped, debug)
 }
 
@@ -139,7 +153,10 @@ fn build_id(file: &Path) -> String {
         .output()
         .unwrap();
     let text = stdout(&out);
-    let line = text.lines().find(|l| l.contains("Build ID: ")).expect("build id");
+    let line = text
+        .lines()
+        .find(|l| l.contains("Build ID: "))
+        .expect("build id");
     line.split("Build ID: ").nth(1).unwrap().trim().to_string()
 }
 
@@ -153,7 +170,10 @@ fn separate_debug_info() {
     let log = raw_log(&stripped);
     let lines = |t: &str, prog: &Path| {
         let n = normalize(t, prog);
-        n.lines().skip(1).map(|l| format!("{l}\n")).collect::<String>()
+        n.lines()
+            .skip(1)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
     };
     let unresolved = "+++ buggy leaked block of size 20 at 0xADDR (leak 1 of 1)\n\
                       Backtrace at time of allocation:\n";
@@ -170,7 +190,10 @@ fn separate_debug_info() {
     let log = raw_log(&stripped);
     assert_eq!(lines(&symbolize(&[], &log), &stripped), want);
     // Another program's debug file under that name (another CRC) is not used.
-    tool("objcopy", &[Path::new("--only-keep-debug"), leaky(), &debug]);
+    tool(
+        "objcopy",
+        &[Path::new("--only-keep-debug"), leaky(), &debug],
+    );
     assert_eq!(lines(&symbolize(&[], &log), &stripped), unresolved);
 
     // By build id under --symbols DIR.

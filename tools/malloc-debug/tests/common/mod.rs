@@ -147,9 +147,16 @@ pub fn normalize(log: &str, prog: &Path) -> String {
         }
         let mut rest = line;
         while let Some(i) = rest.find("0x") {
-            let hex = rest[i + 2..].bytes().take_while(u8::is_ascii_hexdigit).count();
+            let hex = rest[i + 2..]
+                .bytes()
+                .take_while(u8::is_ascii_hexdigit)
+                .count();
             out.push_str(&rest[..i]);
-            out.push_str(if hex > 4 { "0xADDR" } else { &rest[i..i + 2 + hex] });
+            out.push_str(if hex > 4 {
+                "0xADDR"
+            } else {
+                &rest[i..i + 2 + hex]
+            });
             rest = &rest[i + 2 + hex..];
         }
         out.push_str(rest);
@@ -157,4 +164,3 @@ pub fn normalize(log: &str, prog: &Path) -> String {
     }
     out
 }
-
