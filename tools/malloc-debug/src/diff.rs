@@ -21,7 +21,7 @@ struct Totals {
 
 fn by_site(profile: &Profile) -> BTreeMap<String, Totals> {
     let mut sites: BTreeMap<String, Totals> = BTreeMap::new();
-    for site in profile::bottom_up(profile).children {
+    for site in profile::sites(profile).children {
         let Some(id) = site.frame else { continue };
         let frame = &profile.frames[id];
         let key = if frame.module.is_empty() {

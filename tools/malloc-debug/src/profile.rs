@@ -167,70 +167,150 @@ pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
 }
 
 /// A call tree node: `frame` is None only at the root.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Node {
     pub frame: Option<usize>,
     pub bytes: u64,
     pub count: u64,
+    /// Biggest first (bytes, then count).
     pub children: Vec<Node>,
-    index: HashMap<usize, usize>,
+    /// The children left out by the [`Limits`], summed.
+    pub hidden: Hidden,
 }
 
-impl Node {
-    fn new(frame: Option<usize>) -> Node {
-        Node {
-            frame,
-            bytes: 0,
-            count: 0,
-            children: Vec::new(),
-            index: HashMap::new(),
-        }
-    }
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Hidden {
+    pub nodes: usize,
+    pub bytes: u64,
+    pub count: u64,
+}
 
-    fn insert(&mut self, mut path: impl Iterator<Item = usize>, bytes: u64, count: u64) {
-        self.bytes = self.bytes.saturating_add(bytes);
-        self.count = self.count.saturating_add(count);
-        if let Some(id) = path.next() {
-            let slot = match self.index.get(&id) {
-                Some(&i) => i,
-                None => {
-                    self.children.push(Node::new(Some(id)));
-                    self.index.insert(id, self.children.len() - 1);
-                    self.children.len() - 1
-                }
-            };
-            self.children[slot].insert(path, bytes, count);
-        }
-    }
+/// What a tree keeps: a report of a million distinct stacks must not build (or draw) a node
+/// for each of their frames.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Children with fewer bytes are summed into [`Node::hidden`].
+    pub min_bytes: u64,
+    /// At most this many children of the root (the biggest).
+    pub max_sites: usize,
+    /// Levels below the root.
+    pub max_depth: usize,
+}
 
-    fn sort(&mut self) {
-        self.children
-            .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.count.cmp(&a.count)));
-        self.index.clear();
-        for c in &mut self.children {
-            c.sort();
-        }
+impl Limits {
+    pub const ALL: Limits = Limits {
+        min_bytes: 0,
+        max_sites: usize::MAX,
+        max_depth: usize::MAX,
+    };
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Allocation sites first, expanding towards their callers.
+    BottomUp,
+    /// Outermost callers first (the flamegraph's shape).
+    TopDown,
+}
+
+fn frame_at(sample: &Sample, depth: usize, dir: Direction) -> Option<usize> {
+    match dir {
+        Direction::BottomUp => sample.stack.get(depth).copied(),
+        Direction::TopDown => sample
+            .stack
+            .len()
+            .checked_sub(depth + 1)
+            .map(|i| sample.stack[i]),
     }
 }
 
-/// Allocation sites first, expanding towards their callers.
-pub fn bottom_up(profile: &Profile) -> Node {
-    let mut root = Node::new(None);
-    for s in &profile.samples {
-        root.insert(s.stack.iter().copied(), s.bytes, s.count);
+/// The call tree in `dir`, within `limits`. The samples are sorted by path once; then every
+/// node's samples are one contiguous run, split by the next frame: only the nodes kept are
+/// ever built, so memory follows the tree drawn, not the number of distinct stacks.
+pub fn tree(profile: &Profile, dir: Direction, limits: Limits) -> Node {
+    let samples = &profile.samples;
+    let mut order: Vec<u32> = (0..samples.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| {
+        let (a, b) = (&samples[a as usize].stack, &samples[b as usize].stack);
+        match dir {
+            Direction::BottomUp => a.iter().cmp(b.iter()),
+            Direction::TopDown => a.iter().rev().cmp(b.iter().rev()),
+        }
+    });
+    let mut root = Node::default();
+    for s in samples {
+        root.bytes = root.bytes.saturating_add(s.bytes);
+        root.count = root.count.saturating_add(s.count);
     }
-    root.sort();
+    grow(&mut root, samples, &order, 0, dir, &limits);
     root
 }
 
-/// Outermost callers first (the flamegraph's shape).
-pub fn top_down(profile: &Profile) -> Node {
-    let mut root = Node::new(None);
-    for s in &profile.samples {
-        root.insert(s.stack.iter().rev().copied(), s.bytes, s.count);
+fn grow(
+    node: &mut Node,
+    samples: &[Sample],
+    run: &[u32],
+    depth: usize,
+    dir: Direction,
+    limits: &Limits,
+) {
+    if depth >= limits.max_depth {
+        return;
     }
-    root.sort();
-    root
+    // (frame, start, end, bytes, count) of each child's run.
+    let mut groups: Vec<(usize, usize, usize, u64, u64)> = Vec::new();
+    let mut i = 0;
+    while i < run.len() {
+        let Some(frame) = frame_at(&samples[run[i] as usize], depth, dir) else {
+            // The stack ends at this node.
+            i += 1;
+            continue;
+        };
+        let (mut bytes, mut count, start) = (0u64, 0u64, i);
+        while i < run.len() && frame_at(&samples[run[i] as usize], depth, dir) == Some(frame) {
+            let s = &samples[run[i] as usize];
+            bytes = bytes.saturating_add(s.bytes);
+            count = count.saturating_add(s.count);
+            i += 1;
+        }
+        groups.push((frame, start, i, bytes, count));
+    }
+    groups.sort_by(|a, b| b.3.cmp(&a.3).then(b.4.cmp(&a.4)));
+    for (n, &(frame, start, end, bytes, count)) in groups.iter().enumerate() {
+        if (depth == 0 && n >= limits.max_sites) || bytes < limits.min_bytes {
+            node.hidden.nodes += 1;
+            node.hidden.bytes = node.hidden.bytes.saturating_add(bytes);
+            node.hidden.count = node.hidden.count.saturating_add(count);
+            continue;
+        }
+        let mut child = Node {
+            frame: Some(frame),
+            bytes,
+            count,
+            ..Node::default()
+        };
+        grow(
+            &mut child,
+            samples,
+            &run[start..end],
+            depth + 1,
+            dir,
+            limits,
+        );
+        node.children.push(child);
+    }
+}
+
+/// The allocation sites (the bottom-up tree's first level), biggest first.
+pub fn sites(profile: &Profile) -> Node {
+    tree(
+        profile,
+        Direction::BottomUp,
+        Limits {
+            max_depth: 1,
+            ..Limits::ALL
+        },
+    )
 }
 
 pub fn percent(part: u64, total: u64) -> f64 {

@@ -134,7 +134,7 @@ fn run(dump_path: &Path, args: &Args, top: usize) -> Result<()> {
         write(out, html::render(&title, &dump, &profile, top).as_bytes())?;
     }
     if let Some(out) = &args.flamegraph {
-        let tree = profile::top_down(&profile);
+        let tree = flamegraph::tree(&profile);
         write(out, flamegraph::svg(&title, &profile, &tree).as_bytes())?;
     }
     if let Some(out) = &args.pprof {
@@ -153,7 +153,7 @@ pub fn summary(dump: &Dump, profile: &Profile) -> String {
         .as_deref()
         .map(|f| format!(", fingerprint '{f}'"))
         .unwrap_or_default();
-    let sites = profile::bottom_up(profile).children.len();
+    let sites = profile::sites(profile).children.len();
     format!(
         "Heap dump {}{fingerprint}: {} bytes in {} allocations ({} records, {} sites, {} maps, \
          backtrace size {})",
@@ -177,12 +177,20 @@ pub fn text(dump: &Dump, profile: &Profile, top: usize) -> String {
             profile.missing.join(", ")
         );
     }
-    let tree = profile::bottom_up(profile);
-    let shown = tree.children.len().min(top);
+    // Only the `top` sites' callers are built: a million distinct stacks stay cheap.
+    let tree = profile::tree(
+        profile,
+        profile::Direction::BottomUp,
+        profile::Limits {
+            max_sites: top,
+            ..profile::Limits::ALL
+        },
+    );
+    let sites = tree.children.len() + tree.hidden.nodes;
+    let shown = tree.children.len();
     let _ = writeln!(
         out,
-        "\nTop {shown} of {} allocation sites by bytes, each followed by its callers:\n",
-        tree.children.len()
+        "\nTop {shown} of {sites} allocation sites by bytes, each followed by its callers:\n"
     );
     let _ = writeln!(out, "{:>12} {:>7} {:>9}  SITE", "BYTES", "%TOTAL", "COUNT");
     for site in tree.children.iter().take(top) {
