@@ -80,38 +80,53 @@ fn is_allocator(frame: &Frame) -> bool {
 
 pub const NO_BACKTRACE: &str = "[no backtrace]";
 
+/// The id of `f` in `frames`, added when new.
+fn intern(frames: &mut Vec<Frame>, ids: &mut HashMap<Frame, usize>, f: Frame) -> usize {
+    if let Some(&id) = ids.get(&f) {
+        return id;
+    }
+    frames.push(f.clone());
+    ids.insert(f, frames.len() - 1);
+    frames.len() - 1
+}
+
 pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
     let mut frames: Vec<Frame> = Vec::new();
     let mut frame_ids: HashMap<Frame, usize> = HashMap::new();
     let mut pcs: HashMap<u64, PcInfo> = HashMap::new();
+    // The logical frame ids of a pc, when no bt_info line changes them: most frames of a big
+    // dump are repeats, and this spares them the strings and hashing of a Frame.
+    let mut pc_ids: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut progress = Progress::new(
         "symbolizing",
         dump.records.iter().map(|r| r.frames.len() as u64).sum(),
     );
     let mut done = 0u64;
     let mut samples = Vec::with_capacity(dump.records.len());
-    let mut intern = |f: &Frame| -> usize {
-        if let Some(&id) = frame_ids.get(f) {
-            return id;
-        }
-        frames.push(f.clone());
-        frame_ids.insert(f.clone(), frames.len() - 1);
-        frames.len() - 1
-    };
+    let mut logical: Vec<usize> = Vec::new();
     for record in &dump.records {
-        let mut logical: Vec<Frame> = Vec::new();
+        logical.clear();
         for (i, &pc) in record.frames.iter().enumerate() {
             done += 1;
-            progress.set(done);
+            if done.is_multiple_of(4096) {
+                progress.set(done);
+            }
+            let fallback = record.bt_info.get(i).filter(|b| !b.function.is_empty());
+            if fallback.is_none()
+                && let Some(ids) = pc_ids.get(&pc)
+            {
+                logical.extend_from_slice(ids);
+                continue;
+            }
             let info = pcs
                 .entry(pc)
                 .or_insert_with(|| symbolizer.resolve(pc, dump.map_for(pc)));
-            let fallback = record.bt_info.get(i).filter(|b| !b.function.is_empty());
             // Without a map for the pc, bt_info's map name still tells the module.
             let (module, rel) = match fallback {
                 Some(b) if info.module.is_empty() && !b.map.is_empty() => (b.map.clone(), b.rel_pc),
                 _ => (info.module.clone(), info.rel),
             };
+            let start = logical.len();
             for r in &info.frames {
                 let function = r
                     .function
@@ -124,33 +139,40 @@ pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
                             format!("{}+0x{rel:x}", short_path(&module))
                         }
                     });
-                logical.push(Frame {
+                let frame = Frame {
                     function,
                     file: r.file.clone(),
                     line: r.line,
                     module: module.clone(),
                     address: rel,
-                });
+                };
+                logical.push(intern(&mut frames, &mut frame_ids, frame));
+            }
+            if fallback.is_none() {
+                pc_ids.insert(pc, logical[start..].to_vec());
             }
         }
-        let skip = logical.iter().take_while(|f| is_allocator(f)).count();
-        if skip < logical.len() {
-            logical.drain(..skip);
-        }
-        if logical.is_empty() {
-            logical.push(Frame {
+        let skip = logical
+            .iter()
+            .take_while(|&&id| is_allocator(&frames[id]))
+            .count();
+        let stack: Vec<usize> = if skip < logical.len() {
+            logical[skip..].to_vec()
+        } else if logical.is_empty() {
+            let none = Frame {
                 function: NO_BACKTRACE.to_string(),
                 file: None,
                 line: None,
                 module: String::new(),
                 address: 0,
-            });
-        }
+            };
+            vec![intern(&mut frames, &mut frame_ids, none)]
+        } else {
+            logical.clone()
+        };
         let count = dump.count(record);
         samples.push(Sample {
-            // Not `into_iter()`: an in-place collect would keep the frames' allocation (about
-            // 100 bytes per frame) for each sample's ids.
-            stack: logical.iter().map(&mut intern).collect(),
+            stack,
             bytes: record.size.saturating_mul(count),
             count,
             zygote: record.zygote,
