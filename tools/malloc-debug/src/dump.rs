@@ -189,7 +189,9 @@ pub fn parse(text: &str) -> Result<Dump> {
     let backtrace_size = header_number(&mut lines, "Backtrace size")?;
     lines.expect("an empty line after 'Backtrace size'", str::is_empty)?;
 
-    let mut records: Vec<Record> = Vec::new();
+    // Sized from the header (bounded: the header may lie) rather than doubled as it grows.
+    let mut records: Vec<Record> =
+        Vec::with_capacity(usize::try_from(allocation_records.min(1 << 24)).unwrap_or(0));
     loop {
         let Some(line) = lines.next() else {
             return Err(lines.error("a record line ('z 0  sz ...') or 'MAPS'", None));
@@ -296,12 +298,14 @@ fn parse_record(line: &str) -> std::result::Result<Record, String> {
     if t.next() != Some("bt") {
         return Err(SHAPE.to_string());
     }
-    let frames = t
+    let mut frames = t
         .map(|f| {
             u64::from_str_radix(f, 16)
                 .map_err(|_| format!("hexadecimal frames after 'bt' in {SHAPE}"))
         })
         .collect::<std::result::Result<Vec<u64>, String>>()?;
+    // A million records: the growth slack would be a third of their memory.
+    frames.shrink_to_fit();
     if frames.len() > MAX_FRAMES {
         return Err(format!("at most {MAX_FRAMES} frames after 'bt' in {SHAPE}"));
     }
