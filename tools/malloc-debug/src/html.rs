@@ -85,7 +85,7 @@ function sortSites(column) {
     th.classList.toggle('sorted', i === column);
   });
 }
-// The flamegraph: frames are <g class="f" data-d=ROW data-b=BYTES data-l=LABEL>.
+// The flamegraph: each frame is a g.f element with data-d=ROW data-b=BYTES data-l=LABEL.
 var fg = null;
 function fgInit() {
   var svg = document.querySelector('.flame svg');
