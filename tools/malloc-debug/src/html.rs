@@ -58,6 +58,7 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.5em; }
 .flame { overflow-x: auto; border: 1px solid #ddd; }
 button { margin-right: .5em; }
 .sites th { cursor: pointer; user-select: none; }
+.sites td:nth-child(3), .sites th:nth-child(3) { text-align: left; font-family: monospace; }
 .sites th.sorted::after { content: " \25BE"; }
 .sites { display: block; max-height: 28em; overflow-y: auto; }
 .hidden { color: #888; font-style: italic; }
