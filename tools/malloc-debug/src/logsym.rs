@@ -102,10 +102,14 @@ impl LogSymbolizer {
         });
         match added {
             Some(s) => {
+                // One write for the whole line: on a shared terminal or pipe, the program's own
+                // output must not land between the frame and its location.
                 let body = body.strip_suffix(b"\r").unwrap_or(body);
-                out.write_all(body)?;
-                out.write_all(s.as_bytes())?;
-                out.write_all(newline)
+                let mut whole = Vec::with_capacity(body.len() + s.len() + 1);
+                whole.extend_from_slice(body);
+                whole.extend_from_slice(s.as_bytes());
+                whole.extend_from_slice(newline);
+                out.write_all(&whole)
             }
             None => out.write_all(line),
         }
@@ -135,12 +139,15 @@ pub fn filter(input: &mut (impl Read + AsRawFd), out: &mut impl Write, sym: &mut
             Err(_) => break,
         };
         pending.extend_from_slice(&buf[..n]);
+        // The chunk's complete lines go out in one write (stderr is unbuffered).
+        let mut lines = Vec::with_capacity(n + 256);
         let mut start = 0;
         while let Some(nl) = pending[start..].iter().position(|&b| b == b'\n') {
-            let _ = sym.write_line(&pending[start..start + nl + 1], out);
+            let _ = sym.write_line(&pending[start..start + nl + 1], &mut lines);
             start += nl + 1;
         }
         pending.drain(..start);
+        let _ = out.write_all(&lines);
         let _ = out.flush();
     }
     let _ = out.write_all(&pending);
@@ -247,5 +254,48 @@ mod tests {
         assert_eq!(f("#1 pc 11ad /bin/prog"), None);
         assert_eq!(f("#01  pc 11ad  <unknown>"), None);
         assert_eq!(f("no frame # here"), None);
+    }
+
+    /// Counts the writes it is given.
+    struct Writes(Vec<Vec<u8>>);
+
+    impl Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// An annotated frame line is one write: on a terminal or pipe shared with the program,
+    /// the program's output cannot land between the frame and its location (stderr is
+    /// unbuffered, so each write is a system call).
+    #[test]
+    fn an_annotated_line_is_one_write() {
+        let exe = std::env::current_exe().unwrap();
+        // This function's own address in the test binary's ELF space: its load base is the
+        // start of the binary's mapping at file offset 0.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let base = maps
+            .lines()
+            .find(|l| l.ends_with(&*exe.to_string_lossy()) && l.contains(" 00000000 "))
+            .and_then(|l| u64::from_str_radix(l.split('-').next().unwrap(), 16).ok())
+            .unwrap();
+        let pc = an_annotated_line_is_one_write as *const () as u64 - base + 1;
+        let mut sym = LogSymbolizer::new(None);
+        let line = format!("E malloc_debug: #00  pc {pc:016x}  {}\n", exe.display());
+        let mut out = Writes(Vec::new());
+        sym.write_line(line.as_bytes(), &mut out).unwrap();
+        let text = String::from_utf8_lossy(&out.0.concat()).into_owned();
+        assert!(
+            text.contains("an_annotated_line_is_one_write at "),
+            "{text}"
+        );
+        assert!(text.contains("src/logsym.rs:"), "{text}");
+        assert_eq!(out.0.len(), 1);
+        assert!(out.0[0].starts_with(line.trim_end().as_bytes()));
+        assert!(out.0[0].ends_with(b"\n"));
     }
 }
