@@ -90,7 +90,9 @@ fn intern(frames: &mut Vec<Frame>, ids: &mut HashMap<Frame, usize>, f: Frame) ->
     frames.len() - 1
 }
 
-pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
+/// Builds the profile and empties each record's frame lists as it goes (their memory is reused
+/// for the samples: a big dump's records and samples are never both whole).
+pub fn build(dump: &mut Dump, symbolizer: &mut Symbolizer) -> Profile {
     let mut frames: Vec<Frame> = Vec::new();
     let mut frame_ids: HashMap<Frame, usize> = HashMap::new();
     let mut pcs: HashMap<u64, PcInfo> = HashMap::new();
@@ -104,7 +106,8 @@ pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
     let mut done = 0u64;
     let mut samples = Vec::with_capacity(dump.records.len());
     let mut logical: Vec<usize> = Vec::new();
-    for record in &dump.records {
+    for index in 0..dump.records.len() {
+        let record = &dump.records[index];
         logical.clear();
         for (i, &pc) in record.frames.iter().enumerate() {
             done += 1;
@@ -177,6 +180,9 @@ pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
             count,
             zygote: record.zygote,
         });
+        let record = &mut dump.records[index];
+        record.frames = Vec::new();
+        record.bt_info = Vec::new();
     }
     progress.finish();
     let total_bytes = samples.iter().fold(0u64, |t, s| t.saturating_add(s.bytes));

@@ -18,12 +18,12 @@ use crate::{Error, Result, flamegraph, html, pprof};
 const MAX_DEPTH: usize = 64;
 
 pub fn load(path: &Path, symbols: Option<&Path>) -> Result<(Dump, Profile)> {
-    let dump = dump::read(path)?;
+    let mut dump = dump::read(path)?;
     for w in &dump.warnings {
         eprintln!("malloc-debug: {}: warning: {w}", path.display());
     }
     let mut symbolizer = Symbolizer::new(symbols.map(Path::to_path_buf));
-    let profile = profile::build(&dump, &mut symbolizer);
+    let profile = profile::build(&mut dump, &mut symbolizer);
     Ok((dump, profile))
 }
 

@@ -9,7 +9,9 @@ use std::process::{Child, Stdio};
 /// tests/programs/idle.c under `run --no-symbolize` (exec'd: the child's pid is the program's),
 /// once it has said "ready".
 fn start(options: Option<&str>) -> Child {
-    let idle = compile("idle");
+    // Built once: the tests run in parallel and compile() recreates its directory.
+    static IDLE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let idle = IDLE.get_or_init(|| compile("idle"));
     let mut cmd = cli();
     cmd.arg("run").arg("--no-symbolize");
     if let Some(o) = options {
@@ -17,7 +19,7 @@ fn start(options: Option<&str>) -> Child {
     }
     let mut child = cmd
         .arg("--")
-        .arg(&idle)
+        .arg(idle)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
