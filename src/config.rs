@@ -7,11 +7,14 @@
 //! * [`table`] is the option table (§1.4) as data: one row per option with its alias, value kind,
 //!   default, range, flag bits and setter;
 //! * [`number`] is `strtol` plus the range checks, in the reference's order (§1.3);
-//! * [`error`] holds [`ConfigError`] and the exact message texts (§3.1).
+//! * [`error`] holds [`ConfigError`] and the exact message texts (§3.1);
+//! * [`check`] exports the parser to the host CLI (`malloc_debug_check_options`, an extension).
 //!
 //! Everything here runs inside `debug_initialize`, i.e. inside malloc: nothing allocates, the
 //! result borrows from the option string, and no input can reach a panic.
 
+#[cfg(not(target_os = "android"))]
+mod check;
 mod error;
 mod number;
 mod table;

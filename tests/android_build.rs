@@ -76,6 +76,7 @@ fn android_libs() -> Option<&'static [(String, PathBuf)]> {
             eprintln!("{stderr}");
             eprintln!("########################################################################");
             eprintln!("WARNING: Android targets unavailable; Android checks SKIPPED");
+            note_skip("tests/android_build.rs: Android rustup targets unavailable (scripts/build-android)");
             eprintln!("########################################################################");
             return None;
         }
@@ -545,5 +546,19 @@ fn version_scripts_list_exactly_the_abi() {
         let mut want = set(EXPORTS_64);
         want.extend(set(extra));
         assert_eq!(names, want, "{rel}: exported names");
+    }
+}
+
+/// scripts/test lists every skipped check at its end: each skip is one line appended to
+/// $MALLOC_DEBUG_SKIP_LOG (one write, O_APPEND: test processes run in parallel).
+fn note_skip(what: &str) {
+    use std::io::Write;
+    if let Some(log) = std::env::var_os("MALLOC_DEBUG_SKIP_LOG").filter(|v| !v.is_empty())
+        && let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+    {
+        let _ = f.write_all(format!("{what}\n").as_bytes());
     }
 }

@@ -3,11 +3,231 @@
 //! here; the app wrapper property is quoted twice (once for the shell that runs the wrapper,
 //! once for `adb shell`). `$ADB` names the adb program (default `adb` on PATH).
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
 
-use crate::cli::{DeviceArgs, DeviceCommand};
+use crate::args::{Flag, Spec, number, string};
 use crate::{Error, Result, err};
+
+enum DeviceCommand {
+    EnableProgram {
+        name: String,
+        options: String,
+        restart: bool,
+    },
+    DisableProgram {
+        restart: bool,
+    },
+    EnableApp {
+        package: String,
+        options: String,
+        logwrapper: bool,
+    },
+    DisableApp {
+        package: String,
+    },
+    Dump {
+        pid: u32,
+        out: PathBuf,
+        app: bool,
+        prefix: String,
+        /// Seconds to wait for the dump to be complete on the device.
+        wait: u32,
+    },
+    PushLib {
+        lib: PathBuf,
+        lib32: bool,
+    },
+}
+
+/// Every flag of every device subcommand; [`command`] checks which ones the subcommand needs.
+#[derive(Default)]
+pub struct Args {
+    serial: Option<String>,
+    operands: Vec<String>,
+    options: Option<String>,
+    no_restart: bool,
+    no_logwrapper: bool,
+    out: Option<PathBuf>,
+    app: bool,
+    prefix: Option<String>,
+    lib32: bool,
+    wait: Option<u32>,
+}
+
+pub const SPEC: Spec<Args> = Spec {
+    command: "device",
+    operands: "SUBCOMMAND ...",
+    about: "adb helpers ($ADB overrides the adb program). Subcommands:\n\
+            \x20 enable-program NAME --options OPTS [--no-restart]\n\
+            \x20 disable-program [--no-restart]\n\
+            \x20 enable-app PKG --options OPTS [--no-logwrapper]\n\
+            \x20 disable-app PKG\n\
+            \x20 dump PID --out FILE [--app] [--prefix DEVICE_PREFIX] [--wait SECONDS]\n\
+            \x20 push-lib LIB.so [--lib32]",
+    flags: &[
+        Flag {
+            name: "serial",
+            short: Some('s'),
+            value: Some("SERIAL"),
+            help: "the device to use (adb -s)",
+            set: |a, v| {
+                a.serial = Some(string(v)?);
+                Ok(())
+            },
+        },
+        Flag {
+            name: "options",
+            short: None,
+            value: Some("OPTS"),
+            help: "enable-*: the malloc debug options",
+            set: |a, v| {
+                a.options = Some(string(v)?);
+                Ok(())
+            },
+        },
+        Flag {
+            name: "no-restart",
+            short: None,
+            value: None,
+            help: "*-program: do not restart the Android framework (stop; start)",
+            set: |a, _| {
+                a.no_restart = true;
+                Ok(())
+            },
+        },
+        Flag {
+            name: "no-logwrapper",
+            short: None,
+            value: None,
+            help: "enable-app: do not send the app's stdout/stderr to logcat",
+            set: |a, _| {
+                a.no_logwrapper = true;
+                Ok(())
+            },
+        },
+        Flag {
+            name: "out",
+            short: None,
+            value: Some("FILE"),
+            help: "dump: where to put the pulled heap dump",
+            set: |a, v| {
+                a.out = Some(v.into());
+                Ok(())
+            },
+        },
+        Flag {
+            name: "app",
+            short: None,
+            value: None,
+            help: "dump: PID is an app (am dumpheap -n) rather than a native process (kill -47)",
+            set: |a, _| {
+                a.app = true;
+                Ok(())
+            },
+        },
+        Flag {
+            name: "prefix",
+            short: None,
+            value: Some("DEVICE_PREFIX"),
+            help: "dump: the process's backtrace_dump_prefix\n\
+                   (default /data/local/tmp/backtrace_heap)",
+            set: |a, v| {
+                a.prefix = Some(string(v)?);
+                Ok(())
+            },
+        },
+        Flag {
+            name: "wait",
+            short: None,
+            value: Some("SECONDS"),
+            help: "dump: how long to wait for the dump to be complete (default 30)",
+            set: |a, v| {
+                let n = number(v, "--wait")?;
+                a.wait = Some(u32::try_from(n).map_err(|_| err!("--wait: too many seconds"))?);
+                Ok(())
+            },
+        },
+        Flag {
+            name: "lib32",
+            short: None,
+            value: None,
+            help: "push-lib: LIB.so is the 32-bit library",
+            set: |a, _| {
+                a.lib32 = true;
+                Ok(())
+            },
+        },
+    ],
+    operand: |a: &mut Args, v: OsString, _| {
+        a.operands.push(string(v)?);
+        Ok(())
+    },
+};
+
+/// The subcommand the operands name, with the flags it needs.
+fn command(args: Args) -> Result<DeviceCommand> {
+    let mut positional = args.operands.into_iter();
+    let sub = positional
+        .next()
+        .ok_or_else(|| err!("device: no subcommand given (see malloc-debug device --help)"))?;
+    let mut operand = |what: &str| {
+        positional
+            .next()
+            .ok_or_else(|| err!("device {sub}: missing {what}"))
+    };
+    let need_options = |options: Option<String>| {
+        options.ok_or_else(|| err!("device {sub}: --options OPTS is required"))
+    };
+    let command = match sub.as_str() {
+        "enable-program" => DeviceCommand::EnableProgram {
+            name: operand("program NAME")?,
+            options: need_options(args.options)?,
+            restart: !args.no_restart,
+        },
+        "disable-program" => DeviceCommand::DisableProgram {
+            restart: !args.no_restart,
+        },
+        "enable-app" => DeviceCommand::EnableApp {
+            package: operand("package name")?,
+            options: need_options(args.options)?,
+            logwrapper: !args.no_logwrapper,
+        },
+        "disable-app" => DeviceCommand::DisableApp {
+            package: operand("package name")?,
+        },
+        "dump" => {
+            let pid = operand("PID")?;
+            DeviceCommand::Dump {
+                pid: pid
+                    .parse()
+                    .map_err(|_| err!("device dump: expected a PID, got {pid:?}"))?,
+                out: args
+                    .out
+                    .ok_or_else(|| err!("device dump: --out FILE is required"))?,
+                app: args.app,
+                prefix: args
+                    .prefix
+                    .unwrap_or_else(|| "/data/local/tmp/backtrace_heap".to_string()),
+                wait: args.wait.unwrap_or(30),
+            }
+        }
+        "push-lib" => DeviceCommand::PushLib {
+            lib: PathBuf::from(operand("LIB.so")?),
+            lib32: args.lib32,
+        },
+        other => {
+            return Err(err!(
+                "device: unknown subcommand {other:?} (see malloc-debug device --help)"
+            ));
+        }
+    };
+    if let Some(extra) = positional.next() {
+        return Err(err!("device {sub}: unexpected argument {extra:?}"));
+    }
+    Ok(command)
+}
 
 /// Quotes a word for a POSIX shell (the device's mksh/toybox sh): bare when it is safe,
 /// otherwise in single quotes with embedded single quotes as `'\''`.
@@ -94,12 +314,20 @@ pub fn wrap_value(options: &str, logwrapper: bool) -> String {
     v
 }
 
-pub fn main(args: DeviceArgs) -> Result<()> {
+pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
+    let Some(mut args) = SPEC.parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
     let adb = Adb {
         program: std::env::var("ADB").unwrap_or_else(|_| "adb".to_string()),
-        serial: args.serial,
+        serial: args.serial.take(),
     };
-    match args.command {
+    run(&adb, command(args)?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(adb: &Adb, command: DeviceCommand) -> Result<()> {
+    match command {
         DeviceCommand::EnableProgram {
             name,
             options,
@@ -151,8 +379,8 @@ pub fn main(args: DeviceArgs) -> Result<()> {
             app,
             prefix,
             wait,
-        } => dump(&adb, pid, &out, app, &prefix, wait),
-        DeviceCommand::PushLib { lib, lib32 } => push_lib(&adb, &lib, lib32),
+        } => dump(adb, pid, &out, app, &prefix, wait),
+        DeviceCommand::PushLib { lib, lib32 } => push_lib(adb, &lib, lib32),
     }
 }
 

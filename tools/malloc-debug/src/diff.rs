@@ -5,7 +5,11 @@
 use std::collections::BTreeMap;
 
 use crate::Result;
-use crate::cli::DiffArgs;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::args::{Flag, Spec, number};
 use crate::profile::{self, Profile};
 use crate::report::load;
 
@@ -17,7 +21,7 @@ struct Totals {
 
 fn by_site(profile: &Profile) -> BTreeMap<String, Totals> {
     let mut sites: BTreeMap<String, Totals> = BTreeMap::new();
-    for site in profile::bottom_up(profile).children {
+    for site in profile::sites(profile).children {
         let Some(id) = site.frame else { continue };
         let frame = &profile.frames[id];
         let key = if frame.module.is_empty() {
@@ -32,11 +36,57 @@ fn by_site(profile: &Profile) -> BTreeMap<String, Totals> {
     sites
 }
 
-pub fn main(args: DiffArgs) -> Result<()> {
-    let (_, old) = load(&args.old, args.symbols.as_deref())?;
-    let (_, new) = load(&args.new, args.symbols.as_deref())?;
-    print!("{}", render(&old, &new, args.top));
-    Ok(())
+#[derive(Default)]
+pub struct Args {
+    files: Vec<PathBuf>,
+    symbols: Option<PathBuf>,
+    top: Option<usize>,
+}
+
+pub const SPEC: Spec<Args> = Spec {
+    command: "diff",
+    operands: "OLD NEW",
+    about: "What grew between two heap dumps of one process, by allocation site.",
+    flags: &[
+        Flag {
+            name: "symbols",
+            short: None,
+            value: Some("DIR"),
+            help: crate::report::SYMBOLS_HELP,
+            set: |a, v| {
+                a.symbols = Some(v.into());
+                Ok(())
+            },
+        },
+        Flag {
+            name: "top",
+            short: None,
+            value: Some("N"),
+            help: "show the N sites that changed most (default 20)",
+            set: |a, v| {
+                a.top = Some(number(v, "--top")?);
+                Ok(())
+            },
+        },
+    ],
+    operand: |a: &mut Args, v: OsString, _| {
+        a.files.push(v.into());
+        Ok(())
+    },
+};
+
+pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
+    let Some(args) = SPEC.parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let [old, new]: [PathBuf; 2] = args
+        .files
+        .try_into()
+        .map_err(|_| crate::err!("diff: expected two dump files: OLD NEW"))?;
+    let (_, old) = load(&old, args.symbols.as_deref())?;
+    let (_, new) = load(&new, args.symbols.as_deref())?;
+    print!("{}", render(&old, &new, args.top.unwrap_or(20)));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn render(old: &Profile, new: &Profile, top: usize) -> String {

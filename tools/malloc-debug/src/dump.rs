@@ -85,28 +85,40 @@ impl Dump {
     }
 }
 
+/// Streamed: the file is never held whole (a big dump's text is as large as what is parsed
+/// from it).
 pub fn read(path: &Path) -> Result<Dump> {
-    let bytes = std::fs::read(path).map_err(|e| Error(format!("{}: {e}", path.display())))?;
-    let text = String::from_utf8_lossy(&bytes);
-    parse(&text).map_err(|e| Error(format!("{}:{}", path.display(), e.0)))
+    let file = std::fs::File::open(path).map_err(|e| Error(format!("{}: {e}", path.display())))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let reader = std::io::BufReader::with_capacity(1 << 20, file);
+    parse_from(reader, size).map_err(|e| Error(format!("{}:{}", path.display(), e.0)))
 }
 
-struct Lines<'a> {
-    iter: std::str::Lines<'a>,
+struct Lines<R> {
+    reader: R,
+    buf: Vec<u8>,
     number: usize,
     consumed: u64,
     progress: Progress,
 }
 
-impl<'a> Lines<'a> {
-    fn next(&mut self) -> Option<&'a str> {
-        let line = self.iter.next()?;
+impl<R: std::io::BufRead> Lines<R> {
+    /// The next line without its end (`\n` or `\r\n`), invalid UTF-8 replaced; a read error
+    /// ends the input like the end of the file does.
+    fn next(&mut self) -> Option<String> {
+        self.buf.clear();
+        match self.reader.read_until(b'\n', &mut self.buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => self.consumed += n as u64,
+        }
         self.number += 1;
-        self.consumed += line.len() as u64 + 1;
         if self.number.is_multiple_of(4096) {
             self.progress.set(self.consumed);
         }
-        Some(line)
+        let mut line: &[u8] = &self.buf;
+        line = line.strip_suffix(b"\n").unwrap_or(line);
+        line = line.strip_suffix(b"\r").unwrap_or(line);
+        Some(String::from_utf8_lossy(line).into_owned())
     }
 
     /// `LINE: expected …, found "…"` (the caller prefixes the file name).
@@ -127,18 +139,19 @@ impl<'a> Lines<'a> {
         }
     }
 
-    fn expect(&mut self, expected: &str, ok: impl Fn(&str) -> bool) -> Result<&'a str> {
+    fn expect(&mut self, expected: &str, ok: impl Fn(&str) -> bool) -> Result<String> {
         let line = self.next();
         match line {
-            Some(l) if ok(l) => Ok(l),
-            other => Err(self.error(expected, other)),
+            Some(l) if ok(&l) => Ok(l),
+            other => Err(self.error(expected, other.as_deref())),
         }
     }
 }
 
 /// `Key: N` → N.
-fn header_number(lines: &mut Lines<'_>, key: &str) -> Result<u64> {
+fn header_number(lines: &mut Lines<impl std::io::BufRead>, key: &str) -> Result<u64> {
     let line = lines.next();
+    let line = line.as_deref();
     let value = line
         .and_then(|l| l.strip_prefix(key))
         .and_then(|v| v.strip_prefix(": "))
@@ -146,15 +159,18 @@ fn header_number(lines: &mut Lines<'_>, key: &str) -> Result<u64> {
     value.ok_or_else(|| lines.error(&format!("'{key}: <number>'"), line))
 }
 
-pub fn parse(text: &str) -> Result<Dump> {
+/// `size`: the input's length, for the progress bar.
+fn parse_from(reader: impl std::io::BufRead, size: u64) -> Result<Dump> {
     let mut lines = Lines {
-        iter: text.lines(),
+        reader,
+        buf: Vec::new(),
         number: 0,
         consumed: 0,
-        progress: Progress::new("reading dump", text.len() as u64),
+        progress: Progress::new("reading dump", size),
     };
     let header = "'Android Native Heap Dump v1.0', 'v1.1' or 'v1.2'";
     let first = lines.next();
+    let first = first.as_deref();
     let version = match first.map(str::trim_end) {
         Some("Android Native Heap Dump v1.0") => Version::V1_0,
         Some("Android Native Heap Dump v1.1") => Version::V1_1,
@@ -165,11 +181,15 @@ pub fn parse(text: &str) -> Result<Dump> {
 
     let mut fingerprint = None;
     let mut line = lines.next();
-    if let Some(rest) = line.and_then(|l| l.strip_prefix("Build fingerprint: ")) {
+    if let Some(rest) = line
+        .as_deref()
+        .and_then(|l| l.strip_prefix("Build fingerprint: "))
+    {
         fingerprint = Some(rest.trim_matches('\'').to_string());
         lines.expect("an empty line after the fingerprint", str::is_empty)?;
         line = lines.next();
     }
+    let line = line.as_deref();
     // Put the line back by re-checking it as the first header number.
     let total_memory = match line
         .and_then(|l| l.strip_prefix("Total memory: "))
@@ -189,11 +209,14 @@ pub fn parse(text: &str) -> Result<Dump> {
     let backtrace_size = header_number(&mut lines, "Backtrace size")?;
     lines.expect("an empty line after 'Backtrace size'", str::is_empty)?;
 
-    let mut records: Vec<Record> = Vec::new();
+    // Sized from the header (bounded: the header may lie) rather than doubled as it grows.
+    let mut records: Vec<Record> =
+        Vec::with_capacity(usize::try_from(allocation_records.min(1 << 24)).unwrap_or(0));
     loop {
         let Some(line) = lines.next() else {
             return Err(lines.error("a record line ('z 0  sz ...') or 'MAPS'", None));
         };
+        let line = line.as_str();
         if line == "MAPS" {
             break;
         }
@@ -217,6 +240,7 @@ pub fn parse(text: &str) -> Result<Dump> {
         let Some(line) = lines.next() else {
             return Err(lines.error("a maps line or 'END'", None));
         };
+        let line = line.as_str();
         if line == "END" {
             break;
         }
@@ -296,12 +320,14 @@ fn parse_record(line: &str) -> std::result::Result<Record, String> {
     if t.next() != Some("bt") {
         return Err(SHAPE.to_string());
     }
-    let frames = t
+    let mut frames = t
         .map(|f| {
             u64::from_str_radix(f, 16)
                 .map_err(|_| format!("hexadecimal frames after 'bt' in {SHAPE}"))
         })
         .collect::<std::result::Result<Vec<u64>, String>>()?;
+    // A million records: the growth slack would be a third of their memory.
+    frames.shrink_to_fit();
     if frames.len() > MAX_FRAMES {
         return Err(format!("at most {MAX_FRAMES} frames after 'bt' in {SHAPE}"));
     }

@@ -1,17 +1,36 @@
 //! Flamegraph SVG (outermost callers at the bottom, width = bytes), self-contained: the same
-//! picture is written as `--flamegraph OUT.svg` and inlined in the HTML report.
+//! picture is written as `--flamegraph OUT.svg` and inlined in the HTML report, whose script
+//! makes it interactive (zoom, search, reset) from each frame's `<g class="f">` data: `data-d`
+//! (row), `data-b` (bytes) and `data-l` (the full label).
+//!
+//! The tree is [`tree`]: frames narrower than 1/[`RESOLUTION`] of the total are left out, so the
+//! picture of a million distinct stacks stays a few thousand rectangles.
 
 use std::fmt::Write as _;
 
 use crate::html::escape;
-use crate::profile::{Node, Profile, percent};
+use crate::profile::{self, Direction, Limits, Node, Profile, percent};
+
+/// The smallest frame kept is this fraction of the total: a tenth of a pixel at full width, so
+/// zooming in on a frame of a few percent still shows its callees.
+const RESOLUTION: u64 = 10_000;
+
+/// The top-down tree the flamegraph draws.
+pub fn tree(profile: &Profile) -> Node {
+    profile::tree(
+        profile,
+        Direction::TopDown,
+        Limits {
+            min_bytes: (profile.total_bytes / RESOLUTION).max(1),
+            ..Limits::ALL
+        },
+    )
+}
 
 const WIDTH: f64 = 1200.0;
 const ROW: f64 = 18.0;
 const PAD: f64 = 10.0;
 const TITLE: f64 = 30.0;
-/// Frames narrower than this many pixels are not drawn.
-const MIN_WIDTH: f64 = 0.5;
 
 fn depth(node: &Node) -> usize {
     1 + node.children.iter().map(depth).max().unwrap_or(0)
@@ -44,16 +63,21 @@ pub fn svg(title: &str, profile: &Profile, root: &Node) -> String {
         profile.total_count
     );
     let scale = (WIDTH - 2.0 * PAD) / root.bytes.max(1) as f64;
-    draw(&mut out, profile, root, PAD, height - PAD - ROW, scale);
+    draw(&mut out, profile, root, PAD, height - PAD - ROW, scale, 0);
     out.push_str("</svg>\n");
     out
 }
 
-fn draw(out: &mut String, profile: &Profile, node: &Node, x: f64, y: f64, scale: f64) {
+fn draw(
+    out: &mut String,
+    profile: &Profile,
+    node: &Node,
+    x: f64,
+    y: f64,
+    scale: f64,
+    depth: usize,
+) {
     let w = node.bytes as f64 * scale;
-    if w < MIN_WIDTH {
-        return;
-    }
     let label = match node.frame {
         Some(id) => profile.frames[id].label(),
         None => "all".to_string(),
@@ -75,7 +99,9 @@ fn draw(out: &mut String, profile: &Profile, node: &Node, x: f64, y: f64, scale:
     };
     let _ = writeln!(
         out,
-        r#"<g><title>{}</title><rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{:.1}" rx="2" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
+        r#"<g class="f" data-d="{depth}" data-b="{}" data-l="{}"><title>{}</title><rect x="{x:.3}" y="{y:.1}" width="{w:.3}" height="{:.1}" rx="2" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text></g>"#,
+        node.bytes,
+        escape(&label),
         escape(&tip),
         ROW - 1.0,
         colour(&label),
@@ -85,7 +111,7 @@ fn draw(out: &mut String, profile: &Profile, node: &Node, x: f64, y: f64, scale:
     );
     let mut cx = x;
     for child in &node.children {
-        draw(out, profile, child, cx, y - ROW, scale);
+        draw(out, profile, child, cx, y - ROW, scale, depth + 1);
         cx += child.bytes as f64 * scale;
     }
 }

@@ -2,12 +2,16 @@
 //! dumps (ours or a device's `am dumpheap -n`) into symbolized text/HTML/flamegraph/pprof reports,
 //! diffs two dumps, summarises record_allocs files, and drives adb for device set-up.
 
+mod args;
 mod cli;
 mod device;
 mod diff;
 mod dump;
 mod flamegraph;
+mod hostdump;
 mod html;
+mod logsym;
+mod options;
 mod pprof;
 mod profile;
 mod progress;

@@ -80,38 +80,56 @@ fn is_allocator(frame: &Frame) -> bool {
 
 pub const NO_BACKTRACE: &str = "[no backtrace]";
 
-pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
+/// The id of `f` in `frames`, added when new.
+fn intern(frames: &mut Vec<Frame>, ids: &mut HashMap<Frame, usize>, f: Frame) -> usize {
+    if let Some(&id) = ids.get(&f) {
+        return id;
+    }
+    frames.push(f.clone());
+    ids.insert(f, frames.len() - 1);
+    frames.len() - 1
+}
+
+/// Builds the profile and empties each record's frame lists as it goes (their memory is reused
+/// for the samples: a big dump's records and samples are never both whole).
+pub fn build(dump: &mut Dump, symbolizer: &mut Symbolizer) -> Profile {
     let mut frames: Vec<Frame> = Vec::new();
     let mut frame_ids: HashMap<Frame, usize> = HashMap::new();
     let mut pcs: HashMap<u64, PcInfo> = HashMap::new();
+    // The logical frame ids of a pc, when no bt_info line changes them: most frames of a big
+    // dump are repeats, and this spares them the strings and hashing of a Frame.
+    let mut pc_ids: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut progress = Progress::new(
         "symbolizing",
         dump.records.iter().map(|r| r.frames.len() as u64).sum(),
     );
     let mut done = 0u64;
     let mut samples = Vec::with_capacity(dump.records.len());
-    let mut intern = |f: Frame| -> usize {
-        if let Some(&id) = frame_ids.get(&f) {
-            return id;
-        }
-        frames.push(f.clone());
-        frame_ids.insert(f, frames.len() - 1);
-        frames.len() - 1
-    };
-    for record in &dump.records {
-        let mut logical: Vec<Frame> = Vec::new();
+    let mut logical: Vec<usize> = Vec::new();
+    for index in 0..dump.records.len() {
+        let record = &dump.records[index];
+        logical.clear();
         for (i, &pc) in record.frames.iter().enumerate() {
             done += 1;
-            progress.set(done);
+            if done.is_multiple_of(4096) {
+                progress.set(done);
+            }
+            let fallback = record.bt_info.get(i).filter(|b| !b.function.is_empty());
+            if fallback.is_none()
+                && let Some(ids) = pc_ids.get(&pc)
+            {
+                logical.extend_from_slice(ids);
+                continue;
+            }
             let info = pcs
                 .entry(pc)
                 .or_insert_with(|| symbolizer.resolve(pc, dump.map_for(pc)));
-            let fallback = record.bt_info.get(i).filter(|b| !b.function.is_empty());
             // Without a map for the pc, bt_info's map name still tells the module.
             let (module, rel) = match fallback {
                 Some(b) if info.module.is_empty() && !b.map.is_empty() => (b.map.clone(), b.rel_pc),
                 _ => (info.module.clone(), info.rel),
             };
+            let start = logical.len();
             for r in &info.frames {
                 let function = r
                     .function
@@ -124,35 +142,47 @@ pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
                             format!("{}+0x{rel:x}", short_path(&module))
                         }
                     });
-                logical.push(Frame {
+                let frame = Frame {
                     function,
                     file: r.file.clone(),
                     line: r.line,
                     module: module.clone(),
                     address: rel,
-                });
+                };
+                logical.push(intern(&mut frames, &mut frame_ids, frame));
+            }
+            if fallback.is_none() {
+                pc_ids.insert(pc, logical[start..].to_vec());
             }
         }
-        let skip = logical.iter().take_while(|f| is_allocator(f)).count();
-        if skip < logical.len() {
-            logical.drain(..skip);
-        }
-        if logical.is_empty() {
-            logical.push(Frame {
+        let skip = logical
+            .iter()
+            .take_while(|&&id| is_allocator(&frames[id]))
+            .count();
+        let stack: Vec<usize> = if skip < logical.len() {
+            logical[skip..].to_vec()
+        } else if logical.is_empty() {
+            let none = Frame {
                 function: NO_BACKTRACE.to_string(),
                 file: None,
                 line: None,
                 module: String::new(),
                 address: 0,
-            });
-        }
+            };
+            vec![intern(&mut frames, &mut frame_ids, none)]
+        } else {
+            logical.clone()
+        };
         let count = dump.count(record);
         samples.push(Sample {
-            stack: logical.into_iter().map(&mut intern).collect(),
+            stack,
             bytes: record.size.saturating_mul(count),
             count,
             zygote: record.zygote,
         });
+        let record = &mut dump.records[index];
+        record.frames = Vec::new();
+        record.bt_info = Vec::new();
     }
     progress.finish();
     let total_bytes = samples.iter().fold(0u64, |t, s| t.saturating_add(s.bytes));
@@ -167,70 +197,150 @@ pub fn build(dump: &Dump, symbolizer: &mut Symbolizer) -> Profile {
 }
 
 /// A call tree node: `frame` is None only at the root.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Node {
     pub frame: Option<usize>,
     pub bytes: u64,
     pub count: u64,
+    /// Biggest first (bytes, then count).
     pub children: Vec<Node>,
-    index: HashMap<usize, usize>,
+    /// The children left out by the [`Limits`], summed.
+    pub hidden: Hidden,
 }
 
-impl Node {
-    fn new(frame: Option<usize>) -> Node {
-        Node {
-            frame,
-            bytes: 0,
-            count: 0,
-            children: Vec::new(),
-            index: HashMap::new(),
-        }
-    }
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Hidden {
+    pub nodes: usize,
+    pub bytes: u64,
+    pub count: u64,
+}
 
-    fn insert(&mut self, mut path: impl Iterator<Item = usize>, bytes: u64, count: u64) {
-        self.bytes = self.bytes.saturating_add(bytes);
-        self.count = self.count.saturating_add(count);
-        if let Some(id) = path.next() {
-            let slot = match self.index.get(&id) {
-                Some(&i) => i,
-                None => {
-                    self.children.push(Node::new(Some(id)));
-                    self.index.insert(id, self.children.len() - 1);
-                    self.children.len() - 1
-                }
-            };
-            self.children[slot].insert(path, bytes, count);
-        }
-    }
+/// What a tree keeps: a report of a million distinct stacks must not build (or draw) a node
+/// for each of their frames.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Children with fewer bytes are summed into [`Node::hidden`].
+    pub min_bytes: u64,
+    /// At most this many children of the root (the biggest).
+    pub max_sites: usize,
+    /// Levels below the root.
+    pub max_depth: usize,
+}
 
-    fn sort(&mut self) {
-        self.children
-            .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.count.cmp(&a.count)));
-        self.index.clear();
-        for c in &mut self.children {
-            c.sort();
-        }
+impl Limits {
+    pub const ALL: Limits = Limits {
+        min_bytes: 0,
+        max_sites: usize::MAX,
+        max_depth: usize::MAX,
+    };
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Allocation sites first, expanding towards their callers.
+    BottomUp,
+    /// Outermost callers first (the flamegraph's shape).
+    TopDown,
+}
+
+fn frame_at(sample: &Sample, depth: usize, dir: Direction) -> Option<usize> {
+    match dir {
+        Direction::BottomUp => sample.stack.get(depth).copied(),
+        Direction::TopDown => sample
+            .stack
+            .len()
+            .checked_sub(depth + 1)
+            .map(|i| sample.stack[i]),
     }
 }
 
-/// Allocation sites first, expanding towards their callers.
-pub fn bottom_up(profile: &Profile) -> Node {
-    let mut root = Node::new(None);
-    for s in &profile.samples {
-        root.insert(s.stack.iter().copied(), s.bytes, s.count);
+/// The call tree in `dir`, within `limits`. The samples are sorted by path once; then every
+/// node's samples are one contiguous run, split by the next frame: only the nodes kept are
+/// ever built, so memory follows the tree drawn, not the number of distinct stacks.
+pub fn tree(profile: &Profile, dir: Direction, limits: Limits) -> Node {
+    let samples = &profile.samples;
+    let mut order: Vec<u32> = (0..samples.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| {
+        let (a, b) = (&samples[a as usize].stack, &samples[b as usize].stack);
+        match dir {
+            Direction::BottomUp => a.iter().cmp(b.iter()),
+            Direction::TopDown => a.iter().rev().cmp(b.iter().rev()),
+        }
+    });
+    let mut root = Node::default();
+    for s in samples {
+        root.bytes = root.bytes.saturating_add(s.bytes);
+        root.count = root.count.saturating_add(s.count);
     }
-    root.sort();
+    grow(&mut root, samples, &order, 0, dir, &limits);
     root
 }
 
-/// Outermost callers first (the flamegraph's shape).
-pub fn top_down(profile: &Profile) -> Node {
-    let mut root = Node::new(None);
-    for s in &profile.samples {
-        root.insert(s.stack.iter().rev().copied(), s.bytes, s.count);
+fn grow(
+    node: &mut Node,
+    samples: &[Sample],
+    run: &[u32],
+    depth: usize,
+    dir: Direction,
+    limits: &Limits,
+) {
+    if depth >= limits.max_depth {
+        return;
     }
-    root.sort();
-    root
+    // (frame, start, end, bytes, count) of each child's run.
+    let mut groups: Vec<(usize, usize, usize, u64, u64)> = Vec::new();
+    let mut i = 0;
+    while i < run.len() {
+        let Some(frame) = frame_at(&samples[run[i] as usize], depth, dir) else {
+            // The stack ends at this node.
+            i += 1;
+            continue;
+        };
+        let (mut bytes, mut count, start) = (0u64, 0u64, i);
+        while i < run.len() && frame_at(&samples[run[i] as usize], depth, dir) == Some(frame) {
+            let s = &samples[run[i] as usize];
+            bytes = bytes.saturating_add(s.bytes);
+            count = count.saturating_add(s.count);
+            i += 1;
+        }
+        groups.push((frame, start, i, bytes, count));
+    }
+    groups.sort_by(|a, b| b.3.cmp(&a.3).then(b.4.cmp(&a.4)));
+    for (n, &(frame, start, end, bytes, count)) in groups.iter().enumerate() {
+        if (depth == 0 && n >= limits.max_sites) || bytes < limits.min_bytes {
+            node.hidden.nodes += 1;
+            node.hidden.bytes = node.hidden.bytes.saturating_add(bytes);
+            node.hidden.count = node.hidden.count.saturating_add(count);
+            continue;
+        }
+        let mut child = Node {
+            frame: Some(frame),
+            bytes,
+            count,
+            ..Node::default()
+        };
+        grow(
+            &mut child,
+            samples,
+            &run[start..end],
+            depth + 1,
+            dir,
+            limits,
+        );
+        node.children.push(child);
+    }
+}
+
+/// The allocation sites (the bottom-up tree's first level), biggest first.
+pub fn sites(profile: &Profile) -> Node {
+    tree(
+        profile,
+        Direction::BottomUp,
+        Limits {
+            max_depth: 1,
+            ..Limits::ALL
+        },
+    )
 }
 
 pub fn percent(part: u64, total: u64) -> f64 {

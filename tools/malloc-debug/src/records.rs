@@ -13,7 +13,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use crate::cli::RecordsArgs;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::args::{Flag, Spec, number};
 use crate::progress::Progress;
 use crate::{Error, Result};
 
@@ -288,11 +292,49 @@ pub fn summarize(entries: &[Entry], top: usize) -> String {
     out
 }
 
-pub fn main(args: RecordsArgs) -> Result<()> {
-    let bytes =
-        std::fs::read(&args.file).map_err(|e| Error(format!("{}: {e}", args.file.display())))?;
+#[derive(Default)]
+pub struct Args {
+    file: Option<PathBuf>,
+    top: Option<usize>,
+}
+
+pub const SPEC: Spec<Args> = Spec {
+    command: "records",
+    operands: "FILE",
+    about: "Summary of a record_allocs file: calls by kind, the threads, the biggest sizes,\n\
+            the lifetimes and what was never freed.",
+    flags: &[Flag {
+        name: "top",
+        short: None,
+        value: Some("N"),
+        help: "show the N biggest entries of each table (default 10)",
+        set: |a, v| {
+            a.top = Some(number(v, "--top")?);
+            Ok(())
+        },
+    }],
+    operand: |a: &mut Args, v: OsString, _| {
+        if a.file.is_some() {
+            return Err(crate::err!(
+                "records: unexpected argument {:?}",
+                v.to_string_lossy()
+            ));
+        }
+        a.file = Some(v.into());
+        Ok(())
+    },
+};
+
+pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
+    let Some(args) = SPEC.parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let file = args
+        .file
+        .ok_or_else(|| crate::err!("records: no FILE given"))?;
+    let bytes = std::fs::read(&file).map_err(|e| Error(format!("{}: {e}", file.display())))?;
     let text = String::from_utf8_lossy(&bytes);
-    let entries = parse(&text).map_err(|e| Error(format!("{}:{}", args.file.display(), e.0)))?;
-    print!("{}", summarize(&entries, args.top));
-    Ok(())
+    let entries = parse(&text).map_err(|e| Error(format!("{}:{}", file.display(), e.0)))?;
+    print!("{}", summarize(&entries, args.top.unwrap_or(10)));
+    Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::cli::ReportArgs;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::args::{Flag, Spec, number};
 use crate::dump::{self, Dump};
 use crate::profile::{self, Node, Profile, percent};
 use crate::symbolize::Symbolizer;
@@ -14,31 +18,123 @@ use crate::{Error, Result, flamegraph, html, pprof};
 const MAX_DEPTH: usize = 64;
 
 pub fn load(path: &Path, symbols: Option<&Path>) -> Result<(Dump, Profile)> {
-    let dump = dump::read(path)?;
+    let mut dump = dump::read(path)?;
     for w in &dump.warnings {
         eprintln!("malloc-debug: {}: warning: {w}", path.display());
     }
     let mut symbolizer = Symbolizer::new(symbols.map(Path::to_path_buf));
-    let profile = profile::build(&dump, &mut symbolizer);
+    let profile = profile::build(&mut dump, &mut symbolizer);
     Ok((dump, profile))
 }
 
-pub fn main(args: ReportArgs) -> Result<()> {
-    let (dump, profile) = load(&args.dump, args.symbols.as_deref())?;
-    let title = args
+#[derive(Default)]
+pub struct Args {
+    pub dump: Option<PathBuf>,
+    pub symbols: Option<PathBuf>,
+    pub top: Option<usize>,
+    pub html: Option<PathBuf>,
+    pub flamegraph: Option<PathBuf>,
+    pub pprof: Option<PathBuf>,
+}
+
+/// `--symbols DIR`, shared with `diff` and `symbolize`.
+pub const SYMBOLS_HELP: &str = "look for the modules' files (with debug info) under DIR first:\n\
+     DIR/<path on the device> (like $ANDROID_PRODUCT_OUT/symbols), then DIR/<file name>";
+
+pub const SPEC: Spec<Args> = Spec {
+    command: "report",
+    operands: "DUMP",
+    about: "Symbolized report of a heap dump (v1.0, v1.1, v1.2): the allocations by call site,\n\
+            as a text tree on stdout and optionally as HTML, an SVG flamegraph or pprof.",
+    flags: &[
+        Flag {
+            name: "symbols",
+            short: None,
+            value: Some("DIR"),
+            help: SYMBOLS_HELP,
+            set: |a, v| {
+                a.symbols = Some(v.into());
+                Ok(())
+            },
+        },
+        Flag {
+            name: "top",
+            short: None,
+            value: Some("N"),
+            help: "show the N biggest call sites at each level (default 10)",
+            set: |a, v| {
+                a.top = Some(number(v, "--top")?);
+                Ok(())
+            },
+        },
+        Flag {
+            name: "html",
+            short: None,
+            value: Some("OUT.html"),
+            help: "also write an HTML report (flamegraph and tables)",
+            set: |a, v| {
+                a.html = Some(v.into());
+                Ok(())
+            },
+        },
+        Flag {
+            name: "flamegraph",
+            short: None,
+            value: Some("OUT.svg"),
+            help: "also write an SVG flamegraph",
+            set: |a, v| {
+                a.flamegraph = Some(v.into());
+                Ok(())
+            },
+        },
+        Flag {
+            name: "pprof",
+            short: None,
+            value: Some("OUT.pb.gz"),
+            help: "also write a pprof profile (go tool pprof, speedscope)",
+            set: |a, v| {
+                a.pprof = Some(v.into());
+                Ok(())
+            },
+        },
+    ],
+    operand: |a: &mut Args, v: OsString, _| {
+        if a.dump.is_some() {
+            return Err(crate::err!(
+                "report: unexpected argument {:?}",
+                v.to_string_lossy()
+            ));
+        }
+        a.dump = Some(v.into());
+        Ok(())
+    },
+};
+
+pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
+    let Some(args) = SPEC.parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let dump_path = args
         .dump
+        .clone()
+        .ok_or_else(|| crate::err!("report: no DUMP file given"))?;
+    let top = args.top.unwrap_or(10);
+    run(&dump_path, &args, top)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(dump_path: &Path, args: &Args, top: usize) -> Result<()> {
+    let (dump, profile) = load(dump_path, args.symbols.as_deref())?;
+    let title = dump_path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    print!("{}", text(&dump, &profile, args.top));
+    print!("{}", text(&dump, &profile, top));
     if let Some(out) = &args.html {
-        write(
-            out,
-            html::render(&title, &dump, &profile, args.top).as_bytes(),
-        )?;
+        write(out, html::render(&title, &dump, &profile, top).as_bytes())?;
     }
     if let Some(out) = &args.flamegraph {
-        let tree = profile::top_down(&profile);
+        let tree = flamegraph::tree(&profile);
         write(out, flamegraph::svg(&title, &profile, &tree).as_bytes())?;
     }
     if let Some(out) = &args.pprof {
@@ -57,7 +153,7 @@ pub fn summary(dump: &Dump, profile: &Profile) -> String {
         .as_deref()
         .map(|f| format!(", fingerprint '{f}'"))
         .unwrap_or_default();
-    let sites = profile::bottom_up(profile).children.len();
+    let sites = profile::sites(profile).children.len();
     format!(
         "Heap dump {}{fingerprint}: {} bytes in {} allocations ({} records, {} sites, {} maps, \
          backtrace size {})",
@@ -81,12 +177,20 @@ pub fn text(dump: &Dump, profile: &Profile, top: usize) -> String {
             profile.missing.join(", ")
         );
     }
-    let tree = profile::bottom_up(profile);
-    let shown = tree.children.len().min(top);
+    // Only the `top` sites' callers are built: a million distinct stacks stay cheap.
+    let tree = profile::tree(
+        profile,
+        profile::Direction::BottomUp,
+        profile::Limits {
+            max_sites: top,
+            ..profile::Limits::ALL
+        },
+    );
+    let sites = tree.children.len() + tree.hidden.nodes;
+    let shown = tree.children.len();
     let _ = writeln!(
         out,
-        "\nTop {shown} of {} allocation sites by bytes, each followed by its callers:\n",
-        tree.children.len()
+        "\nTop {shown} of {sites} allocation sites by bytes, each followed by its callers:\n"
     );
     let _ = writeln!(out, "{:>12} {:>7} {:>9}  SITE", "BYTES", "%TOTAL", "COUNT");
     for site in tree.children.iter().take(top) {

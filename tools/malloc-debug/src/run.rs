@@ -1,13 +1,161 @@
 //! `malloc-debug run`: the command-line twin of scripts/run. Sets up the glibc front the way
 //! ffi/front/front.c reads it (LD_PRELOAD, LIBC_DEBUG_MALLOC_OPTIONS, LIBC_DEBUG_MALLOC_PROGRAM,
-//! LIBC_DEBUG_MALLOC_LIB) and execs the command, so its exit status and signals pass through.
+//! LIBC_DEBUG_MALLOC_LIB) and runs the command; its exit status and signals pass through.
+//!
+//! Before anything runs, the option string goes through the library's own parser (`options`);
+//! without `--options`, [`DEFAULT_OPTIONS`] is used and the first line on stderr says so.
+//! When the options collect backtraces, the program's stderr is piped through the CLI, which
+//! adds `FUNCTION at FILE:LINE` to the log's frame lines (`logsym`); otherwise (or with
+//! `--no-symbolize`) the command is exec'd and keeps the terminal as its stderr.
 
-use std::os::unix::process::CommandExt;
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::cli::RunArgs;
+use crate::args::{Flag, Spec, string};
+use crate::logsym::{self, LogSymbolizer};
+use crate::options::{self, Checked};
 use crate::{Result, err};
+
+/// Catches the common heap bugs: overflow and underflow (guard), use after free and double free
+/// (free_track), and leaks, each with the backtrace of the allocation (and of the free).
+pub const DEFAULT_OPTIONS: &str = "backtrace guard free_track leak_track";
+
+#[derive(Default)]
+pub struct Args {
+    options: Option<String>,
+    program: Option<String>,
+    lib: Option<PathBuf>,
+    front: Option<PathBuf>,
+    symbols: Option<PathBuf>,
+    no_symbolize: bool,
+    command: Vec<OsString>,
+    /// Leak checking (run_gate.rs).
+    suppressions: Option<PathBuf>,
+    log_file: Option<PathBuf>,
+    error_exitcode: Option<u8>,
+}
+
+/// The flags of `run`: a new flag is one row here (and its field in [`Args`]).
+const FLAGS: &[Flag<Args>] = &[
+    Flag {
+        name: "options",
+        short: None,
+        value: Some("OPTS"),
+        help: "malloc debug options, checked by the library before CMD starts\n\
+               (default: \"backtrace guard free_track leak_track\")",
+        set: |a, v| {
+            a.options = Some(string(v)?);
+            Ok(())
+        },
+    },
+    Flag {
+        name: "program",
+        short: None,
+        value: Some("NAME"),
+        help: "enable malloc debug only in processes whose name contains NAME\n\
+               (libc.debug.malloc.program)",
+        set: |a, v| {
+            a.program = Some(string(v)?);
+            Ok(())
+        },
+    },
+    Flag {
+        name: "lib",
+        short: None,
+        value: Some("LIB.so"),
+        help: "the libc_malloc_debug.so to use",
+        set: |a, v| {
+            a.lib = Some(v.into());
+            Ok(())
+        },
+    },
+    Flag {
+        name: "front",
+        short: None,
+        value: Some("FRONT.so"),
+        help: "the libmalloc_debug_front.so to preload",
+        set: |a, v| {
+            a.front = Some(v.into());
+            Ok(())
+        },
+    },
+    Flag {
+        name: "symbols",
+        short: None,
+        value: Some("DIR"),
+        help: crate::report::SYMBOLS_HELP,
+        set: |a, v| {
+            a.symbols = Some(v.into());
+            Ok(())
+        },
+    },
+    Flag {
+        name: "no-symbolize",
+        short: None,
+        value: None,
+        help: "leave the log's frame lines as the library writes them\n\
+               (CMD's stderr is then not piped through malloc-debug)",
+        set: |a, _| {
+            a.no_symbolize = true;
+            Ok(())
+        },
+    },
+    Flag {
+        name: "suppressions",
+        short: None,
+        value: Some("FILE"),
+        help: "leak checking: leaks matching FILE's leak:PATTERN rules are counted, not printed\n\
+               (docs/tools.md, \"Leak checking on Linux\")",
+        set: |a, v| {
+            a.suppressions = Some(v.into());
+            Ok(())
+        },
+    },
+    Flag {
+        name: "log-file",
+        short: None,
+        value: Some("FILE"),
+        help: "send malloc debug's log to FILE (CMD's stdout and stderr stay its own)",
+        set: |a, v| {
+            a.log_file = Some(v.into());
+            Ok(())
+        },
+    },
+    Flag {
+        name: "error-exitcode",
+        short: None,
+        value: Some("N"),
+        help: "exit with N when an error or a leak was reported (a CI gate)",
+        set: |a, v| {
+            let s = string(v)?;
+            a.error_exitcode = Some(
+                s.parse()
+                    .map_err(|_| err!("--error-exitcode: expected 0..255, got {s:?}"))?,
+            );
+            Ok(())
+        },
+    },
+];
+
+pub const SPEC: Spec<Args> = Spec {
+    command: "run",
+    operands: "[--] CMD ARGS...",
+    about: "Runs CMD under malloc debug with the glibc front (LD_PRELOAD); CMD's exit status\n\
+            and signals pass through. libc_malloc_debug.so and libmalloc_debug_front.so are\n\
+            looked for in $MALLOC_DEBUG_LIB_DIR, next to this program, then in its ../lib.\n\
+            Backtrace frames in the log get `FUNCTION at FILE:LINE` when the module has debug\n\
+            info (in the module, or separate: /usr/lib/debug/.build-id, .gnu_debuglink).",
+    flags: FLAGS,
+    operand: |a: &mut Args, v: OsString, p: &mut lexopt::Parser| {
+        // `run CMD` without `--` is accepted too; everything from CMD on is CMD's.
+        a.command.push(v);
+        a.command.extend(p.raw_args()?);
+        Ok(())
+    },
+};
 
 const FRONT: &str = "libmalloc_debug_front.so";
 const LIB: &str = "libc_malloc_debug.so";
@@ -64,10 +212,48 @@ fn find(explicit: Option<PathBuf>, name: &str, also: Option<&Path>) -> Result<Pa
     ))
 }
 
-pub fn main(args: RunArgs) -> Result<ExitCode> {
-    let lib = find(args.lib, LIB, None)?;
+pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
+    let Some(args) = SPEC.parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if args.command.is_empty() {
+        return Err(err!(
+            "run: no command given (usage: malloc-debug run [FLAGS] -- CMD ARGS...)"
+        ));
+    }
+    let lib = find(args.lib.clone(), LIB, None)?;
     // The front defaults to the library's directory, then to the usual places.
-    let front = find(args.front, FRONT, lib.parent())?;
+    let front = find(args.front.clone(), FRONT, lib.parent())?;
+    let options = match &args.options {
+        Some(o) => o.clone(),
+        None => {
+            eprintln!(
+                "malloc-debug: using --options \"{DEFAULT_OPTIONS}\" (the default: overflow, \
+                 use after free, double free, leaks, with backtraces)"
+            );
+            DEFAULT_OPTIONS.to_string()
+        }
+    };
+    let progname = Path::new(&args.command[0])
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let bits = match options::check(&lib, &options, &progname) {
+        Ok(Checked::Valid { bits, .. }) => Some(bits),
+        Ok(Checked::Invalid(lines)) => {
+            eprint!(
+                "malloc-debug: the library refuses --options \"{options}\":\n{lines}\
+                 (see malloc-debug run --help)\n"
+            );
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => {
+            // A library this process cannot load (another architecture) can still be right
+            // for CMD: run it, unchecked.
+            eprintln!("malloc-debug: warning: {e}");
+            None
+        }
+    };
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
     let extras = crate::run_gate::extras(
@@ -75,9 +261,8 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         args.log_file.as_deref(),
         args.error_exitcode,
     )?;
-    if let Some(options) = crate::run_gate::merge(args.options.as_deref(), &extras) {
-        command.env("LIBC_DEBUG_MALLOC_OPTIONS", options);
-    }
+    let all_options = crate::run_gate::merge(Some(&options), &extras).unwrap_or(options);
+    command.env("LIBC_DEBUG_MALLOC_OPTIONS", &all_options);
     if let Some(program) = &args.program {
         command.env("LIBC_DEBUG_MALLOC_PROGRAM", program);
     }
@@ -88,18 +273,82 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         preload.push(old);
     }
     command.env("LD_PRELOAD", preload);
-    if let (Some(code), Some(marker)) = (args.error_exitcode, &extras.marker) {
+    let gate = args.error_exitcode.zip(extras.marker.clone());
+    let backtraces = bits.is_some_and(|b| b & options::BACKTRACE != 0);
+    if backtraces && !args.no_symbolize {
+        let code = symbolized(command, &args)?;
+        return Ok(match gate {
+            Some((n, marker)) if crate::run_gate::marked(&marker) => ExitCode::from(n),
+            _ => code,
+        });
+    }
+    if let Some((code, marker)) = gate {
         return Ok(crate::run_gate::run_and_gate(
             command,
             &args.command[0],
             code,
-            marker,
+            &marker,
         ));
     }
     let e = command.exec();
-    eprintln!(
-        "malloc-debug: cannot run {}: {e}",
-        args.command[0].to_string_lossy()
-    );
+    eprintln!("malloc-debug: {}", cannot_run(&args, e));
     Ok(ExitCode::from(127))
+}
+
+fn cannot_run(args: &Args, e: std::io::Error) -> crate::Error {
+    err!("cannot run {}: {e}", args.command[0].to_string_lossy())
+}
+
+/// The child, for the forwarding signal handler (0 before it exists).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Runs the command with its stderr piped through the log symbolizer, and ends the way the
+/// command ended. The CLI outlives the command so that no log line is lost: it ignores the
+/// terminal's SIGINT/SIGQUIT (the command gets them too) and forwards SIGTERM/SIGHUP.
+fn symbolized(mut command: Command, args: &Args) -> Result<ExitCode> {
+    command.stderr(Stdio::piped());
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("malloc-debug: {}", cannot_run(args, e));
+            return Ok(ExitCode::from(127));
+        }
+    };
+    CHILD.store(child.id() as i32, Ordering::Relaxed);
+    // SAFETY: installing SIG_IGN or an async-signal-safe handler.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, forward as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, forward as *const () as libc::sighandler_t);
+    }
+    if let Some(mut pipe) = child.stderr.take() {
+        let mut sym = LogSymbolizer::new(args.symbols.clone());
+        logsym::filter(&mut pipe, &mut std::io::stderr().lock(), &mut sym);
+    }
+    let status = child
+        .wait()
+        .map_err(|e| err!("waiting for {}: {e}", args.command[0].to_string_lossy()))?;
+    if let Some(sig) = status.signal() {
+        // Die of the same signal, so that the shell sees what the command did.
+        // SAFETY: restoring the default action and raising a signal on this process.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+        return Ok(ExitCode::from(128u8.wrapping_add(sig as u8)));
+    }
+    Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
 }

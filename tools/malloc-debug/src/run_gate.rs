@@ -88,6 +88,14 @@ const SIGQUIT: i32 = 3;
 const SIG_DFL: usize = 0;
 const SIG_IGN: usize = 1;
 
+/// Whether a process of the run reported an error or leaks (the marker file is not empty); the
+/// file is removed.
+pub fn marked(marker: &Path) -> bool {
+    let marked = std::fs::metadata(marker).is_ok_and(|m| m.len() > 0);
+    let _ = std::fs::remove_file(marker);
+    marked
+}
+
 /// Runs `command` as a child and exits as the module docs say.
 pub fn run_and_gate(mut command: Command, program: &OsString, code: u8, marker: &Path) -> ExitCode {
     let child = command.spawn();
@@ -101,8 +109,7 @@ pub fn run_and_gate(mut command: Command, program: &OsString, code: u8, marker: 
         }
         c.wait()
     });
-    let marked = std::fs::metadata(marker).is_ok_and(|m| m.len() > 0);
-    let _ = std::fs::remove_file(marker);
+    let marked = marked(marker);
     let status = match status {
         Ok(s) => s,
         Err(e) => {

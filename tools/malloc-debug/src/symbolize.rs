@@ -3,6 +3,11 @@
 //! info (addr2line, inlined frames included) or else the ELF symbol tables (.symtab, .dynsym)
 //! name it. With `--symbols DIR`, `DIR/<device path>` (a tree mirroring the device, like
 //! `$ANDROID_PRODUCT_OUT/symbols`) is tried before the path itself.
+//!
+//! A module without DWARF gets it from its separate debug file, found the way gdb finds it: by
+//! build id (`.build-id/xx/rest.debug` under `--symbols DIR` then /usr/lib/debug), then by
+//! `.gnu_debuglink` (next to the module, in its `.debug/`, under /usr/lib/debug/<its dir>, then
+//! in DIR), the link's CRC checked.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -89,6 +94,12 @@ impl Symbolizer {
         }
     }
 
+    /// The logical frames of `vaddr`, an address in `module`'s own address space (the `pc` of a
+    /// log's backtrace line), innermost first; `None` when the module cannot be read.
+    pub fn resolve_vaddr(&mut self, module: &str, vaddr: u64) -> Option<Vec<Resolved>> {
+        self.module(module).map(|m| m.lookup_vaddr(vaddr))
+    }
+
     fn module(&mut self, name: &str) -> Option<Rc<Module>> {
         if name.is_empty() || name.starts_with('[') {
             return None;
@@ -99,7 +110,7 @@ impl Symbolizer {
         let loaded = self
             .candidates(name)
             .iter()
-            .find_map(|p| load(p))
+            .find_map(|p| load(p, self.symbols_dir.as_deref()))
             .map(Rc::new);
         if loaded.is_none() {
             self.missing.push(name.to_string());
@@ -121,12 +132,70 @@ impl Symbolizer {
     }
 }
 
-fn load(path: &Path) -> Option<Module> {
+/// The file read for the process lifetime: the CLI runs once and exits, and leaked data lets the
+/// DWARF readers borrow it without self-referential structs.
+fn read_leaked(path: &Path) -> Option<object::File<'static>> {
     let data = std::fs::read(path).ok()?;
-    // The CLI runs once and exits: keeping every loaded file for the process lifetime lets the
-    // DWARF readers borrow it without self-referential structs.
     let data: &'static [u8] = Box::leak(data.into_boxed_slice());
-    let file = object::File::parse(data).ok()?;
+    object::File::parse(data).ok()
+}
+
+fn has_dwarf(file: &object::File<'_>) -> bool {
+    file.section_by_name(".debug_info")
+        .is_some_and(|s| s.size() > 0 && s.kind() != object::SectionKind::UninitializedData)
+}
+
+/// The separate debug file of `file` (at `path`), if one is installed.
+fn debug_file(
+    path: &Path,
+    file: &object::File<'_>,
+    symbols_dir: Option<&Path>,
+) -> Option<object::File<'static>> {
+    if let Ok(Some(id)) = file.build_id()
+        && id.len() >= 2
+    {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let rel = format!(".build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+        let dirs = symbols_dir.into_iter().chain([Path::new("/usr/lib/debug")]);
+        for dir in dirs {
+            if let Some(f) = read_leaked(&dir.join(&rel)).filter(has_dwarf) {
+                return Some(f);
+            }
+        }
+    }
+    let (link, crc) = file.gnu_debuglink().ok()??;
+    let link = Path::new(std::str::from_utf8(link).ok()?);
+    let dir = std::path::absolute(path).ok()?.parent()?.to_path_buf();
+    let mut candidates = vec![
+        dir.join(link),
+        dir.join(".debug").join(link),
+        Path::new("/usr/lib/debug")
+            .join(dir.strip_prefix("/").unwrap_or(&dir))
+            .join(link),
+    ];
+    candidates.extend(symbols_dir.map(|d| d.join(link)));
+    candidates
+        .into_iter()
+        .filter(|c| c.as_path() != path)
+        .find_map(|c| {
+            let data = std::fs::read(&c).ok()?;
+            let mut sum = flate2::Crc::new();
+            sum.update(&data);
+            if sum.sum() != crc {
+                return None;
+            }
+            let data: &'static [u8] = Box::leak(data.into_boxed_slice());
+            object::File::parse(data).ok().filter(has_dwarf)
+        })
+}
+
+fn load(path: &Path, symbols_dir: Option<&Path>) -> Option<Module> {
+    let file = read_leaked(path)?;
+    let debug = if has_dwarf(&file) {
+        None
+    } else {
+        debug_file(path, &file, symbols_dir)
+    };
     let segments = file
         .segments()
         .map(|s| {
@@ -141,6 +210,7 @@ fn load(path: &Path) -> Option<Module> {
     let mut symbols: Vec<Symbol> = file
         .symbols()
         .chain(file.dynamic_symbols())
+        .chain(debug.iter().flat_map(|d| d.symbols()))
         .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
         .filter_map(|s| {
             let name = s.name().ok()?;
@@ -153,7 +223,9 @@ fn load(path: &Path) -> Option<Module> {
         .collect();
     symbols.sort_by_key(|s| (s.addr, std::cmp::Reverse(s.size)));
     symbols.dedup_by_key(|s| s.addr);
-    let dwarf = if file.section_by_name(".debug_info").is_some() {
+    let dwarf_file = debug.as_ref().unwrap_or(&file);
+    let dwarf = if has_dwarf(dwarf_file) {
+        let file = dwarf_file;
         let endian = if file.is_little_endian() {
             gimli::RunTimeEndian::Little
         } else {
@@ -194,7 +266,12 @@ impl Module {
     }
 
     fn lookup(&self, file_offset: u64) -> Option<Vec<Resolved>> {
-        let probe = self.vaddr(file_offset)?.saturating_sub(1);
+        Some(self.lookup_vaddr(self.vaddr(file_offset)?))
+    }
+
+    /// `vaddr` is a return address: the call is at vaddr - 1.
+    fn lookup_vaddr(&self, vaddr: u64) -> Vec<Resolved> {
+        let probe = vaddr.saturating_sub(1);
         let symbol_name = self.symbol(probe).map(|s| s.name.clone());
         let mut out = Vec::new();
         if let Some(ctx) = &self.dwarf
@@ -226,6 +303,6 @@ impl Module {
         {
             last.function = symbol_name;
         }
-        Some(out)
+        out
     }
 }

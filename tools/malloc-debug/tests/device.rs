@@ -317,13 +317,15 @@ fn dump_a_real_process_through_a_host_backed_adb() {
             "backtrace backtrace_dump_prefix={}",
             prefix.display()
         ))
+        // Exec'd rather than run as a child with its log piped: the pid is the program's.
+        .arg("--no-symbolize")
         .arg("--")
         .arg(&idle)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // `run` execs the program: the child's pid is the program's.
+    // With --no-symbolize `run` execs the program: the child's pid is the program's.
     let pid = child.id().to_string();
     let mut ready = String::new();
     std::io::BufReader::new(child.stdout.take().unwrap())

@@ -461,3 +461,68 @@ fn binary_garbage_is_an_error_not_a_panic() {
         stderr(&out)
     );
 }
+
+/// 200,000 distinct stacks (pcs spread over leaky's code, as in a dump of a big program): the
+/// HTML stays small because the trees keep only what is drawn — the sites table, the call tree
+/// above 1/20000 of the total, the flamegraph above 1/10000 — and says what it left out.
+#[test]
+fn html_of_many_distinct_stacks_is_bounded() {
+    let real = std::fs::read_to_string(dump10()).unwrap();
+    let maps = &real[real.find("MAPS\n").unwrap()..];
+    let text = maps
+        .lines()
+        .find(|l| l.contains(" r-xp ") && l.ends_with("/leaky"))
+        .unwrap();
+    let (range, _) = text.split_once(' ').unwrap();
+    let (start, end) = range.split_once('-').unwrap();
+    let start = u64::from_str_radix(start, 16).unwrap();
+    let end = u64::from_str_radix(end, 16).unwrap();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let records = 200_000;
+    let mut dump = format!(
+        "Android Native Heap Dump v1.2\n\nBuild fingerprint: 'unknown'\n\nTotal memory: {}\n\
+         Allocation records: {records}\nBacktrace size: 16\n\n",
+        records * 64
+    );
+    for _ in 0..records {
+        dump.push_str("z 0  sz       64  num    1  bt");
+        for _ in 0..8 {
+            dump.push_str(&format!(" {:x}", start + 1 + next() % (end - start - 1)));
+        }
+        dump.push('\n');
+    }
+    dump.push_str(maps);
+    let dir = tmp_dir("many-stacks");
+    let path = dir.join("many.txt");
+    std::fs::write(&path, &dump).unwrap();
+    let html = dir.join("many.html");
+    let svg = dir.join("many.svg");
+    let out = cli()
+        .arg("report")
+        .arg(&path)
+        .arg("--top")
+        .arg("1")
+        .arg("--html")
+        .arg(&html)
+        .arg("--flamegraph")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    ok(out);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.len() < 3_000_000, "{} bytes", page.len());
+    assert!(page.contains("smaller callers not shown"));
+    let frames = page.matches("<g class=\"f\"").count();
+    assert!(
+        frames > 100 && frames <= 10_000 * 16,
+        "{frames} flamegraph frames"
+    );
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(svg.matches("<g class=\"f\"").count(), frames);
+}

@@ -17,18 +17,100 @@ fn runs_under_the_front_and_passes_the_exit_status() {
     assert!(text.starts_with("Android Native Heap Dump v1.2\n\nBuild fingerprint: 'unknown'\n"));
 }
 
-#[test]
-fn without_options_nothing_is_loaded() {
+const DEFAULT_LINE: &str = "malloc-debug: using --options \"backtrace guard free_track leak_track\" \
+     (the default: overflow, use after free, double free, leaks, with backtraces)\n";
+const STARS: &str = "*** *** *** *** *** *** *** *** *** *** *** *** *** *** *** ***\n";
+
+fn run_default(mode: &str) -> String {
     let out = cli()
-        .args(["run", "--lib"])
-        .arg(release_dir().join("libc_malloc_debug.so"))
-        .arg("--")
-        .arg(leaky())
+        .args(["run", "--"])
+        .arg(buggy())
+        .arg(mode)
         .env_remove("LIBC_DEBUG_MALLOC_OPTIONS")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(7));
-    assert_eq!(stderr(&out), "");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    normalize(&stderr(&out), buggy())
+}
+
+/// Without --options, `run` says which options it uses and they catch the four classic bugs,
+/// each with the backtraces and the source lines of the program's frames.
+#[test]
+fn without_options_the_default_catches_the_common_bugs() {
+    assert_eq!(
+        run_default("overflow"),
+        format!(
+            "{DEFAULT_LINE}{STARS}+++ ALLOCATION 0xADDR SIZE 20 HAS A CORRUPTED REAR GUARD\n  \
+             allocation[20] = 0x01 (expected 0xbb)\nBacktrace at time of failure:\n\
+             #01 drop at buggy.c:10\n#02 main at buggy.c:17\n{STARS}"
+        )
+    );
+    assert_eq!(
+        run_default("use-after-free"),
+        format!(
+            "{DEFAULT_LINE}{STARS}+++ ALLOCATION 0xADDR USED AFTER FREE\n  \
+             allocation[3] = 0x01 (expected 0xef)\nBacktrace at time of free:\n\
+             #01 drop at buggy.c:10\n#02 main at buggy.c:19\n{STARS}"
+        )
+    );
+    assert_eq!(
+        run_default("double-free"),
+        format!(
+            "{DEFAULT_LINE}{STARS}+++ ALLOCATION 0xADDR USED AFTER FREE (free)\n\
+             Backtrace of original free:\n#01 drop at buggy.c:10\n#02 main at buggy.c:23\n\
+             Backtrace at time of failure:\n#01 drop at buggy.c:10\n#02 main at buggy.c:24\n\
+             {STARS}"
+        )
+    );
+    assert_eq!(
+        run_default("leak"),
+        format!(
+            "{DEFAULT_LINE}+++ buggy leaked block of size 20 at 0xADDR (leak 1 of 1)\n\
+             Backtrace at time of allocation:\n#01 make at buggy.c:8\n#02 main at buggy.c:14\n"
+        )
+    );
+    assert_eq!(run_default("none"), DEFAULT_LINE);
+}
+
+/// A bad option string is refused with the library's own lines, and the program never starts.
+#[test]
+fn bad_options_are_refused_before_anything_runs() {
+    let dir = tmp_dir("bad-options");
+    let marker = dir.join("ran");
+    let script = format!("touch {}", marker.display());
+    let cases = [
+        ("gaurd leak_track", "sh: unknown option gaurd"),
+        (
+            "backtrace=300",
+            "sh: bad value for option 'backtrace', value must be <= 256: 300",
+        ),
+        (
+            "guard=12x",
+            "sh: bad value for option 'guard', non space found after option: x",
+        ),
+        (
+            "leak_track=1",
+            "sh: value set for option 'leak_track' which does not take a value",
+        ),
+    ];
+    for (options, message) in cases {
+        let out = cli()
+            .args(["run", "--options", options, "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{options}");
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "malloc-debug: the library refuses --options \"{options}\":\n{message}\n\
+                 For malloc debug option descriptions go to:\n  \
+                 https://android.googlesource.com/platform/bionic/+/main/libc/malloc_debug/\
+                 README.md\n(see malloc-debug run --help)\n"
+            )
+        );
+        assert_eq!(stdout(&out), "");
+        assert!(!marker.exists(), "{options}: the program ran");
+    }
 }
 
 #[test]

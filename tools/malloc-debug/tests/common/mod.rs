@@ -111,3 +111,56 @@ pub fn dump10() -> &'static Path {
     static DUMP: OnceLock<PathBuf> = OnceLock::new();
     DUMP.get_or_init(|| real_dump("dump10", 10).0)
 }
+
+/// tests/programs/buggy.c built with debug info (once per test binary).
+pub fn buggy() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| compile("buggy"))
+}
+
+/// The library's log with the parts that vary from run to run taken out: the logcat prefix
+/// (time, pid, tid), heap addresses, and every frame outside `prog` (libc, the front; their pcs
+/// depend on the system). A frame of `prog` keeps its number and the location `run` added, with
+/// the source file's directory dropped.
+pub fn normalize(log: &str, prog: &Path) -> String {
+    let prog = prog.to_str().unwrap();
+    let mut out = String::new();
+    for line in log.lines() {
+        let line = match line.find(" malloc_debug: ") {
+            Some(i) => &line[i + " malloc_debug: ".len()..],
+            None => line,
+        };
+        if let Some(pc) = line.find("  pc ") {
+            let number = line[..pc].trim();
+            let Some(rest) = line.split_once(&format!("  {prog} ")).map(|(_, r)| r) else {
+                continue;
+            };
+            let Some((_, location)) = rest.split_once(")  ") else {
+                continue;
+            };
+            let location = match location.rsplit_once(" at ") {
+                Some((f, path)) => format!("{f} at {}", path.rsplit('/').next().unwrap()),
+                None => location.to_string(),
+            };
+            out.push_str(&format!("{number} {location}\n"));
+            continue;
+        }
+        let mut rest = line;
+        while let Some(i) = rest.find("0x") {
+            let hex = rest[i + 2..]
+                .bytes()
+                .take_while(u8::is_ascii_hexdigit)
+                .count();
+            out.push_str(&rest[..i]);
+            out.push_str(if hex > 4 {
+                "0xADDR"
+            } else {
+                &rest[i..i + 2 + hex]
+            });
+            rest = &rest[i + 2 + hex..];
+        }
+        out.push_str(rest);
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,301 @@
+//! Source locations for the backtrace frames of a malloc_debug log, and `malloc-debug symbolize`.
+//!
+//! The library's log keeps AOSP's exact frame lines (`#01  pc 00000000000011ad  /bin/prog
+//! (main+16)`, and `backtrace_full`'s variant): location is added by the CLI, after the fact, by
+//! appending to each frame line `  FUNCTION at FILE:LINE` (`, inlined into FUNCTION at FILE:LINE`
+//! for each caller an inlined function was folded into). A frame's `pc` is an address in its
+//! module's own ELF address space, so the module file (or its separate debug file, see
+//! `symbolize`) is all that is needed: no maps. Everything else passes through byte for byte.
+//!
+//! `run` streams the program's stderr through [`filter`]; `symbolize` reads a saved log or
+//! `adb logcat` text, whatever the logcat layout, since frames are found anywhere in a line.
+
+use std::ffi::OsString;
+use std::io::{BufRead, Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::args::{Flag, Spec};
+use crate::symbolize::{Resolved, Symbolizer};
+use crate::{Result, err};
+
+/// One frame of a backtrace line: the module as logged and the pc in it.
+#[derive(Debug, PartialEq, Eq)]
+struct Frame<'a> {
+    module: &'a str,
+    pc: u64,
+}
+
+/// Finds `#NN  pc HEX  [(offset 0x..) ]MODULE[ ...]` anywhere in the line. Frames of a library
+/// inside an APK (`MODULE (offset 0x..)` in the fast format) are not ELF files of their own and
+/// are left alone, as are `<unknown>`/`<anonymous:...>` pseudo modules.
+fn parse_frame(line: &str) -> Option<Frame<'_>> {
+    let mut rest = line;
+    loop {
+        let at = rest.find('#')?;
+        rest = &rest[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits < 2 {
+            continue;
+        }
+        let Some(after) = rest[digits..].trim_start().strip_prefix("pc ") else {
+            continue;
+        };
+        let after = after.trim_start();
+        let hex = after.bytes().take_while(u8::is_ascii_hexdigit).count();
+        let Ok(pc) = u64::from_str_radix(&after[..hex], 16) else {
+            continue;
+        };
+        let mut tail = after[hex..].trim_start();
+        if tail.starts_with("(offset 0x") {
+            tail = tail.split_once(") ")?.1;
+        }
+        let module = tail.split_whitespace().next()?;
+        if !module.starts_with('/') || tail[module.len()..].trim_start().starts_with("(offset") {
+            return None;
+        }
+        return Some(Frame { module, pc });
+    }
+}
+
+/// The text appended to a frame line, or `None` when no source file is known.
+fn suffix(frames: &[Resolved]) -> Option<String> {
+    if frames.iter().all(|f| f.file.is_none()) {
+        return None;
+    }
+    let parts: Vec<String> = frames
+        .iter()
+        .map(|f| {
+            let mut s = format!("{} at ", f.function.as_deref().unwrap_or("??"));
+            s.push_str(f.file.as_deref().unwrap_or("??"));
+            if let Some(line) = f.line {
+                s.push_str(&format!(":{line}"));
+            }
+            s
+        })
+        .collect();
+    Some(format!("  {}", parts.join(", inlined into ")))
+}
+
+pub struct LogSymbolizer {
+    symbolizer: Symbolizer,
+}
+
+impl LogSymbolizer {
+    pub fn new(symbols: Option<PathBuf>) -> LogSymbolizer {
+        LogSymbolizer {
+            symbolizer: Symbolizer::new(symbols),
+        }
+    }
+
+    /// Writes `line` (with or without its newline) with the frame's location added.
+    pub fn write_line(&mut self, line: &[u8], out: &mut impl Write) -> std::io::Result<()> {
+        let (body, newline) = match line.strip_suffix(b"\n") {
+            Some(b) => (b, &b"\n"[..]),
+            None => (line, &b""[..]),
+        };
+        let text = String::from_utf8_lossy(body);
+        let added = parse_frame(&text).and_then(|f| {
+            let frames = self.symbolizer.resolve_vaddr(f.module, f.pc)?;
+            suffix(&frames)
+        });
+        match added {
+            Some(s) => {
+                // One write for the whole line: on a shared terminal or pipe, the program's own
+                // output must not land between the frame and its location.
+                let body = body.strip_suffix(b"\r").unwrap_or(body);
+                let mut whole = Vec::with_capacity(body.len() + s.len() + 1);
+                whole.extend_from_slice(body);
+                whole.extend_from_slice(s.as_bytes());
+                whole.extend_from_slice(newline);
+                out.write_all(&whole)
+            }
+            None => out.write_all(line),
+        }
+    }
+}
+
+/// How long a partial line waits for the rest before it is passed on as it is: a program's
+/// prompt without a newline must still appear.
+const PARTIAL_LINE_WAIT_MS: i32 = 50;
+
+/// Copies `input` (a pipe) to `out` line by line, adding locations to frame lines, until end of
+/// file. The library writes each log line with one `write(2)` (atomic on a pipe up to
+/// PIPE_BUF), so a frame line never mixes with the program's own output.
+pub fn filter(input: &mut (impl Read + AsRawFd), out: &mut impl Write, sym: &mut LogSymbolizer) {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if !pending.is_empty() && !readable(input.as_raw_fd(), PARTIAL_LINE_WAIT_MS) {
+            let _ = out.write_all(&pending);
+            let _ = out.flush();
+            pending.clear();
+        }
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        // The chunk's complete lines go out in one write (stderr is unbuffered).
+        let mut lines = Vec::with_capacity(n + 256);
+        let mut start = 0;
+        while let Some(nl) = pending[start..].iter().position(|&b| b == b'\n') {
+            let _ = sym.write_line(&pending[start..start + nl + 1], &mut lines);
+            start += nl + 1;
+        }
+        pending.drain(..start);
+        let _ = out.write_all(&lines);
+        let _ = out.flush();
+    }
+    let _ = out.write_all(&pending);
+    let _ = out.flush();
+}
+
+/// Whether `fd` has data (or end of file) within `ms` milliseconds.
+fn readable(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+#[derive(Default)]
+pub struct Args {
+    symbols: Option<PathBuf>,
+    input: Option<PathBuf>,
+}
+
+pub const SPEC: Spec<Args> = Spec {
+    command: "symbolize",
+    operands: "[LOGFILE|-]",
+    about: "Copies a malloc_debug log (a host run's stderr, or `adb logcat` text from a device)\n\
+            to stdout, adding function, source file and line to every backtrace frame whose\n\
+            module has debug info (in the module, or separate: .build-id, .gnu_debuglink).\n\
+            Reads stdin without LOGFILE or with -.",
+    flags: &[Flag {
+        name: "symbols",
+        short: None,
+        value: Some("DIR"),
+        help: crate::report::SYMBOLS_HELP,
+        set: |a, v| {
+            a.symbols = Some(v.into());
+            Ok(())
+        },
+    }],
+    operand: |a: &mut Args, v: OsString, _| {
+        if a.input.is_some() {
+            return Err(err!(
+                "symbolize: unexpected argument {:?}",
+                v.to_string_lossy()
+            ));
+        }
+        a.input = Some(v.into());
+        Ok(())
+    },
+};
+
+pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
+    let Some(args) = SPEC.parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let input: Box<dyn BufRead> = match &args.input {
+        Some(p) if p.as_os_str() != "-" => Box::new(std::io::BufReader::new(
+            std::fs::File::open(p).map_err(|e| err!("{}: {e}", p.display()))?,
+        )),
+        _ => Box::new(std::io::stdin().lock()),
+    };
+    let mut sym = LogSymbolizer::new(args.symbols);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut input = input;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match input.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => return Err(err!("reading the log: {e}")),
+        }
+        sym.write_line(&line, &mut out)
+            .map_err(|e| err!("writing: {e}"))?;
+    }
+    out.flush().map_err(|e| err!("writing: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_in_both_formats_and_any_logcat_layout() {
+        let f = |l| parse_frame(l).map(|f| (f.module.to_string(), f.pc));
+        let want = Some(("/bin/prog".to_string(), 0x11ad));
+        assert_eq!(
+            f(
+                "11-26 06:09:40.708  1  1 E malloc_debug:           #01  pc 00000000000011ad  /bin/prog (main+16)"
+            ),
+            want
+        );
+        assert_eq!(f("E/malloc_debug( 99): #01  pc 11ad  /bin/prog"), want);
+        assert_eq!(
+            f("          #01  pc 00000000000011ad  (offset 0x1000) /bin/prog (main)"),
+            want
+        );
+        assert_eq!(
+            f("#01  pc 11ad  /data/app/x.apk (offset 0x4000) (f+1)"),
+            None
+        );
+        assert_eq!(f("#1 pc 11ad /bin/prog"), None);
+        assert_eq!(f("#01  pc 11ad  <unknown>"), None);
+        assert_eq!(f("no frame # here"), None);
+    }
+
+    /// Counts the writes it is given.
+    struct Writes(Vec<Vec<u8>>);
+
+    impl Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// An annotated frame line is one write: on a terminal or pipe shared with the program,
+    /// the program's output cannot land between the frame and its location (stderr is
+    /// unbuffered, so each write is a system call).
+    #[test]
+    fn an_annotated_line_is_one_write() {
+        let exe = std::env::current_exe().unwrap();
+        // This function's own address in the test binary's ELF space: its load base is the
+        // start of the binary's mapping at file offset 0.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let base = maps
+            .lines()
+            .find(|l| l.ends_with(&*exe.to_string_lossy()) && l.contains(" 00000000 "))
+            .and_then(|l| u64::from_str_radix(l.split('-').next().unwrap(), 16).ok())
+            .unwrap();
+        let pc = an_annotated_line_is_one_write as *const () as u64 - base + 1;
+        let mut sym = LogSymbolizer::new(None);
+        let line = format!("E malloc_debug: #00  pc {pc:016x}  {}\n", exe.display());
+        let mut out = Writes(Vec::new());
+        sym.write_line(line.as_bytes(), &mut out).unwrap();
+        let text = String::from_utf8_lossy(&out.0.concat()).into_owned();
+        assert!(
+            text.contains("an_annotated_line_is_one_write at "),
+            "{text}"
+        );
+        assert!(text.contains("src/logsym.rs:"), "{text}");
+        assert_eq!(out.0.len(), 1);
+        assert!(out.0[0].starts_with(line.trim_end().as_bytes()));
+        assert!(out.0[0].ends_with(b"\n"));
+    }
+}
