@@ -131,9 +131,14 @@ const FLAGS: &[Flag<Args>] = &[
         help: "exit with N when an error or a leak was reported (a CI gate)",
         set: |a, v| {
             let s = string(v)?;
+            let n: usize = s
+                .parse()
+                .map_err(|_| err!("--error-exitcode: expected a number, got {s:?}"))?;
             a.error_exitcode = Some(
-                s.parse()
-                    .map_err(|_| err!("--error-exitcode: expected 0..255, got {s:?}"))?,
+                u8::try_from(n)
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| err!("--error-exitcode: expected 1 to 255, got {n}"))?,
             );
             Ok(())
         },
@@ -224,6 +229,12 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
     let lib = find(args.lib.clone(), LIB, None)?;
     // The front defaults to the library's directory, then to the usual places.
     let front = find(args.front.clone(), FRONT, lib.parent())?;
+    // The flags' own errors first, before anything is said or started.
+    let extras = crate::run_gate::extras(
+        args.suppressions.as_deref(),
+        args.log_file.as_deref(),
+        args.error_exitcode,
+    )?;
     let options = match &args.options {
         Some(o) => o.clone(),
         None => {
@@ -245,6 +256,9 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
                 "malloc-debug: the library refuses --options \"{options}\":\n{lines}\
                  (see malloc-debug run --help)\n"
             );
+            if let Some(marker) = &extras.marker {
+                let _ = std::fs::remove_file(marker);
+            }
             return Ok(ExitCode::from(2));
         }
         Err(e) => {
@@ -256,11 +270,6 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
     };
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
-    let extras = crate::run_gate::extras(
-        args.suppressions.as_deref(),
-        args.log_file.as_deref(),
-        args.error_exitcode,
-    )?;
     let all_options = crate::run_gate::merge(Some(&options), &extras).unwrap_or(options);
     command.env("LIBC_DEBUG_MALLOC_OPTIONS", &all_options);
     if let Some(program) = &args.program {
