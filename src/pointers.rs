@@ -241,62 +241,45 @@ impl PointerTable {
     }
 
     pub fn remove(&self, pointer: usize) -> Option<Info> {
-        let key = Key::of(pointer);
-        if !key.valid() {
-            return None;
+        let (found, shard) =
+            self.on_current_table(Key::of(pointer), |t, key, h| t.remove(key, h))?;
+        if found.is_some() {
+            shard.len.fetch_sub(1, Ordering::Relaxed);
         }
-        let h = hash(key.0);
-        let shard = self.shard(h);
-        loop {
-            let t = shard.table.load(Ordering::SeqCst);
-            // SAFETY: as in `add_key`.
-            let table = unsafe { t.as_ref() }?;
-            match table.remove(key.0, h) {
-                Attempt::Done(found) => {
-                    if found.is_some() {
-                        shard.len.fetch_sub(1, Ordering::Relaxed);
-                    }
-                    return found;
-                }
-                Attempt::Frozen => wait_for_new_table(shard, t),
-            }
-        }
+        found
     }
 
     pub fn get(&self, pointer: usize) -> Option<Info> {
-        let key = Key::of(pointer);
-        if !key.valid() {
-            return None;
-        }
-        let h = hash(key.0);
-        let shard = self.shard(h);
-        loop {
-            let t = shard.table.load(Ordering::SeqCst);
-            // SAFETY: as in `add_key`.
-            let table = unsafe { t.as_ref() }?;
-            match table.get(key.0, h) {
-                Attempt::Done(found) => return found,
-                Attempt::Frozen => wait_for_new_table(shard, t),
-            }
-        }
+        self.on_current_table(Key::of(pointer), |t, key, h| t.get(key, h))?
+            .0
     }
 
     /// Replaces the info of a live entry that the caller owns (it added it and has not yet
     /// handed the pointer out). False when the entry is not there.
     pub fn set_info(&self, key: Key, info: Info) -> bool {
+        self.on_current_table(key, |t, key, h| t.set_info(key, h, info.pack()))
+            .is_some_and(|(found, _)| found)
+    }
+
+    /// Runs `op` on the shard's current table until no grower gets in its way (waiting for the
+    /// grower, who cannot be parked); its result and the key's shard. `None` when the key
+    /// cannot be in the table (misaligned pointer) or the shard has no table yet.
+    fn on_current_table<T>(
+        &self,
+        key: Key,
+        mut op: impl FnMut(&Table, usize, u64) -> Attempt<T>,
+    ) -> Option<(T, &Shard)> {
         if !key.valid() {
-            return false;
+            return None;
         }
         let h = hash(key.0);
         let shard = self.shard(h);
         loop {
             let t = shard.table.load(Ordering::SeqCst);
             // SAFETY: as in `add_key`.
-            let Some(table) = (unsafe { t.as_ref() }) else {
-                return false;
-            };
-            match table.set_info(key.0, h, info.pack()) {
-                Attempt::Done(found) => return found,
+            let table = unsafe { t.as_ref() }?;
+            match op(table, key.0, h) {
+                Attempt::Done(found) => return Some((found, shard)),
                 Attempt::Frozen => wait_for_new_table(shard, t),
             }
         }

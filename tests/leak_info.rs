@@ -240,14 +240,13 @@ fn write_malloc_leak_info_to_file() {
     assert!(out.contains("write=0\n"), "{out}");
 }
 
-/// The dump a signal asks for runs at the next free before the freed block leaves the table, as
-/// the reference's does: the block being freed is in it, and in "Total memory".
-#[test]
-fn dump_on_signal_at_a_free_lists_the_block_being_freed() {
-    let dir = scratch_dir("leak-info-signal-free");
+/// Runs `scenario`, which raises SIGRTMAX-17 with `backtrace` on, and returns the one dump file's
+/// name and text.
+fn dump_on_signal(scenario: &str) -> (String, String) {
+    let dir = scratch_dir(&format!("leak-info-{scenario}"));
     let prefix = dir.join("heap");
     let output = run(
-        "dump-on-signal-free",
+        scenario,
         &format!("backtrace backtrace_dump_prefix={}", prefix.display()),
         "",
     );
@@ -258,17 +257,24 @@ fn dump_on_signal_at_a_free_lists_the_block_being_freed() {
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let text = std::fs::read_to_string(dir.join(&files[0])).unwrap();
-    let (records, _) = parse_dump(&text, 16);
+    (files[0].clone(), text)
+}
+
+fn has_record(text: &str, prefix: &str) -> bool {
+    parse_dump(text, 16).0.iter().any(|r| r.starts_with(prefix))
+}
+
+/// The dump a signal asks for runs at the next free before the freed block leaves the table, as
+/// the reference's does: the block being freed is in it, and in "Total memory".
+#[test]
+fn dump_on_signal_at_a_free_lists_the_block_being_freed() {
+    let (_, text) = dump_on_signal("dump-on-signal-free");
     assert!(
-        records
-            .iter()
-            .any(|r| r.starts_with("z 0  sz      123  num    1  bt ")),
+        has_record(&text, "z 0  sz      123  num    1  bt "),
         "{text}"
     );
     assert!(
-        records
-            .iter()
-            .any(|r| r.starts_with("z 0  sz       45  num    1  bt ")),
+        has_record(&text, "z 0  sz       45  num    1  bt "),
         "{text}"
     );
     assert!(text.contains("Total memory: 168\n"), "{text}");
@@ -276,26 +282,10 @@ fn dump_on_signal_at_a_free_lists_the_block_being_freed() {
 
 #[test]
 fn dump_on_signal_at_next_malloc() {
-    let dir = scratch_dir("leak-info-signal");
-    let prefix = dir.join("heap");
-    let output = run(
-        "dump-on-signal",
-        &format!("backtrace backtrace_dump_prefix={}", prefix.display()),
-        "",
-    );
-    ok(&output);
-    let files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert_eq!(files.len(), 1, "{files:?}");
-    assert!(files[0].starts_with("heap.") && files[0].ends_with(".txt"));
-    let text = std::fs::read_to_string(dir.join(&files[0])).unwrap();
-    let (records, _) = parse_dump(&text, 16);
+    let (name, text) = dump_on_signal("dump-on-signal");
+    assert!(name.starts_with("heap.") && name.ends_with(".txt"));
     assert!(
-        records
-            .iter()
-            .any(|r| r.starts_with("z 0  sz      123  num    1  bt ")),
+        has_record(&text, "z 0  sz      123  num    1  bt "),
         "{text}"
     );
 }
