@@ -616,6 +616,11 @@ fn x86_64_backtrace_signal_never_stalls_an_allocating_thread() {
     let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
         return;
     };
+    // Android 9's testbed root has no libbacktrace: the park rounds still run.
+    let has_libbacktrace = root.dir.join("system/lib64/libbacktrace.so").exists();
+    if !has_libbacktrace {
+        skipped("the ANDROID_ROOTFS root has no system/lib64/libbacktrace.so (unwind rounds)");
+    }
     for options in [
         "leak_track",
         "verify_pointers",
@@ -627,6 +632,9 @@ fn x86_64_backtrace_signal_never_stalls_an_allocating_thread() {
         "backtrace leak_track guard free_track",
     ] {
         for (mode, count) in [("park", "rounds=200"), ("unwind", "unwinds=1000")] {
+            if mode == "unwind" && !has_libbacktrace {
+                continue;
+            }
             let run = run_program_in_root(&root, &lib, options, &[], &[mode]);
             assert!(run.output.status.success(), "{}", run.describe());
             let stdout = run.stdout_lines();
