@@ -21,8 +21,8 @@ pub struct Entered {
 
 /// Enters the library for a call that may run code outside it (reports, dumps, leak info): the
 /// thread is marked (and the backtrace signal blocked) for the whole call, so anything that
-/// allocates on the way goes straight to the native allocator. `None` when the call must go to the native allocator itself: not
-/// initialised, or this thread is already inside the library.
+/// allocates on the way goes straight to the native allocator. `None` when the call must go to
+/// the native allocator itself: not initialised, or this thread is already inside the library.
 #[inline(always)]
 pub fn enter() -> Option<Entered> {
     enter_with(DisabledScope::enter_clear)

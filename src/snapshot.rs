@@ -80,16 +80,17 @@ impl Snapshot {
     }
 
     /// Copies what `for_each` passes; room for `len` entries and some that may arrive meanwhile,
-    /// and a second try with more room if even that was not enough.
+    /// and another try with more room if even that was not enough. `pin` keeps the records
+    /// alive across the tries; each try's snapshot holds a pin of its own.
     fn copy(
         pin: tracking::RecordPin,
         len: usize,
         for_each: impl Fn(&mut dyn FnMut(usize, crate::pointers::Info)),
     ) -> Option<Snapshot> {
-        let mut pin = Some(pin);
+        let _held = pin;
         let mut room = len + len / 8 + 64;
         loop {
-            let mut s = Snapshot::with_capacity(room, pin.take()?)?;
+            let mut s = Snapshot::with_capacity(room, tracking::pin_records())?;
             let mut seen = 0usize;
             for_each(&mut |pointer, info| {
                 seen += 1;
@@ -99,7 +100,6 @@ impl Snapshot {
                 return Some(s);
             }
             room = seen + seen / 4 + 64;
-            pin = Some(core::mem::replace(&mut s._pin, tracking::pin_records()));
         }
     }
 
