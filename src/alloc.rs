@@ -3,7 +3,7 @@
 
 use crate::config::{FILL_ALLOC_BYTE, FILL_FREE_BYTE, MIN_ALIGN, bits};
 use crate::entry::Entered;
-use crate::free_track::{self, FREE_QUEUE, Pushed};
+use crate::free_track;
 use crate::guard;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG, Header};
 use crate::platform::{errno, set_errno};
@@ -370,7 +370,7 @@ fn free_untracked(cx: &Entered, pointer: usize) {
         );
     }
     if state.has(bits::FREE_TRACK) {
-        queue_freed(cx, pointer, orig, bytes);
+        queue_freed(cx, pointer, bytes);
     } else {
         // SAFETY: the block's native start, freed once.
         unsafe { (d.free)(orig as *mut c_void) };
@@ -380,20 +380,19 @@ fn free_untracked(cx: &Entered, pointer: usize) {
 /// free_track: the block (already filled) joins the queue with its free-time backtrace, and
 /// the oldest queued block leaves when the queue is full. Out of line, as `capture_interned`.
 #[inline(never)]
-fn queue_freed(cx: &Entered, pointer: usize, orig: usize, bytes: usize) {
+fn queue_freed(cx: &Entered, pointer: usize, bytes: usize) {
     let state = cx.state;
     let mut trace = tracking::FrameBuffer::new();
     let frames = state.config.free_track_backtrace_num_frames;
     if frames > 0 {
         trace.capture(state, &cx.origin, bytes, frames);
     }
-    let filled = bytes.min(state.config.fill_on_free_bytes);
-    match FREE_QUEUE.push(pointer, filled, &mut trace) {
-        Pushed::Evicted(evicted) => free_track::retire(state, evicted, trace.frames()),
-        Pushed::Queued => {}
-        // SAFETY: the block's native start, freed once.
-        Pushed::Unmapped => unsafe { (state.dispatch.free)(orig as *mut c_void) },
-    }
+    free_track::hold(
+        state,
+        pointer,
+        bytes.min(state.config.fill_on_free_bytes),
+        trace.frames(),
+    );
 }
 
 pub fn free(cx: &Entered, pointer: *mut c_void) {

@@ -19,6 +19,7 @@ mod errors;
 mod exports;
 mod failure;
 mod fmt;
+mod free_queue;
 mod free_track;
 mod guard;
 mod header;

@@ -39,6 +39,32 @@ pub fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
+/// A value distinct for every live thread, read without a system call or a memory access
+/// beyond the thread register: the thread pointer (TLS base). Used to spread threads over
+/// sharded structures, never as an identity that must survive the thread.
+#[inline(always)]
+pub fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: reads the thread register (fs base's self pointer on x86_64, tpidr_el0 on
+    // aarch64), which both glibc and bionic set for every thread; no memory is written.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+    }
+    // SAFETY: as above.
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nomem, nostack, preserves_flags));
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        // Stacks of different threads are far apart; a frame of this thread is near its others.
+        let local = 0u8;
+        tp = (core::ptr::addr_of!(local) as usize) >> 16;
+    }
+    tp
+}
+
 pub fn gettid() -> i32 {
     // SAFETY: no preconditions; bionic caches the tid (no system call per log record).
     #[cfg(target_os = "android")]

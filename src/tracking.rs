@@ -74,29 +74,6 @@ impl FrameBuffer {
         self.len = backtrace::capture_from(buf, origin);
     }
 
-    /// Exchanges the first `slot.len()` frames with `slot`: the buffer's `len` frames go into
-    /// the slot and the slot's first `slot_len` frames come back (free_track's ring, where the
-    /// evicted entry's frames leave as the new one's arrive).
-    pub fn swap_with(&mut self, slot: &mut [usize], slot_len: usize) {
-        // Bounded by both sides (a row as long as MAX_FRAMES at most): no index can panic.
-        let n = self
-            .len
-            .max(slot_len)
-            .min(slot.len())
-            .min(self.storage.len());
-        let ours = self.len.min(n);
-        let storage = self.storage.as_mut_ptr().cast::<usize>();
-        // SAFETY: `n` is within both `slot` and `storage`, which are distinct memory (one is
-        // borrowed mutably from the ring, the other is ours). Slots below `ours` are initialised
-        // (below `len`); the copy initialises the rest up to `n`. Whole-run swaps and copies
-        // instead of a loop with a test per word: this runs on every free under free_track.
-        unsafe {
-            core::ptr::swap_nonoverlapping(slot.as_mut_ptr(), storage, ours);
-            core::ptr::copy_nonoverlapping(slot.as_ptr().add(ours), storage.add(ours), n - ours);
-        }
-        self.len = slot_len.min(n);
-    }
-
     /// Replaces the contents with `frames`.
     pub fn copy_from(&mut self, frames: &[usize]) {
         let n = frames.len().min(backtrace::MAX_FRAMES);

@@ -6,7 +6,6 @@
 
 use crate::config::bits;
 use crate::failure;
-use crate::free_track::FREE_QUEUE;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG};
 use crate::log::log_error;
 use crate::state::State;
@@ -62,7 +61,7 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
     }
     let mut free_frames = crate::tracking::FrameBuffer::new();
     if state.has(bits::FREE_TRACK)
-        && FREE_QUEUE.free_backtrace_of(pointer, &mut free_frames)
+        && crate::free_track::free_backtrace_of(pointer, &mut free_frames)
         && !free_frames.frames().is_empty()
     {
         log_error!("Backtrace of original free:");

@@ -117,6 +117,33 @@ fn write_after_free_is_found_when_the_block_leaves_the_queue() {
 }
 
 #[test]
+fn a_block_damaged_by_an_exited_thread_leaves_the_queue_when_other_threads_free() {
+    // free_track keeps a ring per thread under one bound: the thread's ring holds its five
+    // blocks, main's frees fill the rest of the bound, and then one free in 16 takes its room
+    // from another ring, so the thread's oldest, the damaged one, leaves and is reported
+    // then, not only at exit.
+    let out = run("use-after-free-in-thread", "free_track=10");
+    assert_unaffected(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let joined = stderr.find("thread joined").expect("marker");
+    let report = stderr.find("USED AFTER FREE").expect(&stderr);
+    let pushed_out = stderr.find("pushed out").expect("marker");
+    assert!(joined < report && report < pushed_out, "{stderr}");
+    assert_eq!(stderr.matches("USED AFTER FREE").count(), 1, "{stderr}");
+    assert_eq!(
+        head(&normalised(&out), "use_after_free"),
+        [
+            DIVIDER,
+            "+++ ALLOCATION P USED AFTER FREE",
+            "  allocation[4] = 0x77 (expected 0xef)",
+            "Backtrace at time of free:",
+            "#00 libmalloc_debug_front.so (free)",
+            "#01 bugs (use_after_free)",
+        ]
+    );
+}
+
+#[test]
 fn double_free_is_reported_with_both_backtraces() {
     let out = run("double-free", "guard free_track");
     assert_unaffected(&out);

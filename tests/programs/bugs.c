@@ -2,11 +2,21 @@
 // Prints "done" at the end: the bugs are reported, and the program goes on (unless
 // abort_on_error). Usage: bugs MODE   (off-by-one underflow use-after-free double-free
 // wild-free leak)
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+// A malloc and free the compiler cannot elide (a plain free(malloc(n)) is removed at -O1).
+static void churn(int times) {
+  for (int j = 0; j < times; j++) {
+    void* p = malloc(20);
+    KEEP(p);
+    free(p);
+  }
+}
 
 __attribute__((noinline)) void off_by_one(void) {
   char* p = malloc(10);
@@ -30,6 +40,24 @@ __attribute__((noinline)) void use_after_free(void) {
   free(p);
   p[4] = 'w';  // written after free
   KEEP(p);
+}
+
+// The damaged block is freed by a thread that frees four more and exits: free_track holds
+// blocks per thread, and another thread's frees must still push it out (and get it checked)
+// before exit.
+static void* use_after_free_then_exit(void* unused) {
+  use_after_free();
+  churn(4);
+  return unused;
+}
+
+__attribute__((noinline)) void use_after_free_in_thread(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, use_after_free_then_exit, NULL);
+  pthread_join(t, NULL);
+  fprintf(stderr, "thread joined\n");
+  churn(200);
+  fprintf(stderr, "pushed out\n");
 }
 
 __attribute__((noinline)) void double_free(void) {
@@ -57,12 +85,13 @@ int main(int argc, char** argv) {
     void (*run)(void);
   } modes[] = {{"off-by-one", off_by_one}, {"underflow", underflow},
                {"use-after-free", use_after_free}, {"double-free", double_free},
-               {"wild-free", wild_free}, {"leak", leak}};
+               {"wild-free", wild_free}, {"leak", leak},
+               {"use-after-free-in-thread", use_after_free_in_thread}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
     if (strcmp(mode, modes[i].name) == 0) {
       modes[i].run();
       // free_track checks its queue when blocks leave it: push the freed block out.
-      for (int j = 0; j < 200; j++) free(malloc(20));
+      churn(200);
       printf("done\n");
       return 0;
     }
