@@ -1,7 +1,7 @@
 //! The allocation paths of spec §2 and the size/errno rules of §4, in header mode (guards) and
 //! without headers. Each function runs inside an entered call (`entry::Entered`).
 
-use crate::config::{FILL_ALLOC_BYTE, FILL_FREE_BYTE, MIN_ALIGN, bits};
+use crate::config::{FILL_ALLOC_BYTE, FILL_FREE_BYTE, MIN_ALIGN};
 use crate::entry::Entered;
 use crate::free_track;
 use crate::guard;
@@ -22,30 +22,13 @@ fn fail_nomem() -> *mut c_void {
     null_mut()
 }
 
-fn tracking_on(state: &State) -> bool {
-    state.has(bits::TRACK_ALLOCS)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Header mode helpers
 
-/// Sets up the header at `header_at` for a block whose native start is `orig` (spec §2.3).
-/// Returns the user pointer, or None (block already given back) if the allocator reports no
-/// usable size.
-fn init_header(state: &State, orig: usize, header_at: usize, size: usize) -> Option<usize> {
-    // With a rear guard the usable size is the requested size: no need to ask the allocator
-    // (a native call on every allocation).
-    let native_usable = if state.layout.rear_guard_bytes > 0 {
-        usize::MAX
-    } else {
-        // SAFETY: `orig` was just returned by the native allocator.
-        unsafe { (state.dispatch.malloc_usable_size)(orig as *const c_void) }
-    };
-    init_header_with_usable(state, orig, header_at, size, native_usable)
-}
-
-/// `init_header` for a caller that already asked the allocator for `native_usable`.
-fn init_header_with_usable(
+/// Sets up the header at `header_at` for a block whose native start is `orig` (spec §2.3),
+/// given the allocator's usable size (`usize::MAX` when a rear guard makes it moot). Returns the
+/// user pointer, or None (block already given back) if the allocator reports no usable size.
+fn init_header(
     state: &State,
     orig: usize,
     header_at: usize,
@@ -106,8 +89,8 @@ fn fill(pointer: usize, byte: u8, from: usize, to: usize) {
 
 /// Fills `[from, min(usable, limit))` of a fresh block with 0xeb (spec §6).
 fn fill_on_alloc(state: &State, pointer: usize, from: usize) {
-    if state.has(bits::FILL_ON_ALLOC) {
-        let to = usable_size(state, pointer).min(state.config.fill_on_alloc_bytes);
+    if state.plan.fill_on_alloc > 0 {
+        let to = usable_size(state, pointer).min(state.plan.fill_on_alloc);
         fill(pointer, FILL_ALLOC_BYTE, from, to);
     }
 }
@@ -115,41 +98,111 @@ fn fill_on_alloc(state: &State, pointer: usize, from: usize) {
 // ---------------------------------------------------------------------------------------------
 // malloc / calloc / memalign
 
-/// The internal malloc shared by malloc and realloc (spec §2.4 step 2).
-fn internal_malloc(cx: &Entered, size: usize) -> *mut c_void {
+/// How the caller asked for a block: the only difference the pipeline below makes between
+/// malloc, calloc and memalign (plus the size rules each caller checks first).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Request {
+    Malloc,
+    /// Zeroed memory.
+    Calloc,
+    /// Aligned to the given alignment (any value the caller passed; header mode rounds it).
+    Memalign(usize),
+}
+
+/// The allocation pipeline, for a `size` its caller has already checked: a native block (with
+/// the header and guards in header mode), tracked, filled. Null when the native allocator
+/// failed (its errno stands) or the request cannot be met (ENOMEM).
+fn allocate(cx: &Entered, request: Request, size: usize) -> *mut c_void {
     let state = cx.state;
-    crate::deferred::on_internal_malloc_or_free(state);
-    let size = size.max(1);
-    let Some(real) = size.checked_add(state.layout.extra_bytes) else {
-        return fail_nomem();
+    let pointer = match native_block(state, request, size) {
+        Ok(pointer) => pointer,
+        Err(NativeFailure::TooLarge) => return fail_nomem(),
+        Err(NativeFailure::Refused) => return null_mut(),
     };
-    if size > MAX_SIZE {
-        return fail_nomem();
-    }
-    let d = state.dispatch;
-    let pointer = if state.layout.header {
-        // SAFETY: native allocation (malloc's alignment is MIN_ALIGN: no memalign needed).
-        let orig = unsafe { (d.malloc)(real) } as usize;
-        if orig == 0 {
-            return null_mut();
-        }
-        match init_header(state, orig, orig, size) {
-            Some(p) => p,
-            None => return null_mut(),
-        }
-    } else {
-        // SAFETY: native allocation.
-        let p = unsafe { (d.malloc)(real) } as usize;
-        if p == 0 {
-            return null_mut();
-        }
-        p
-    };
-    if tracking_on(state) {
+    if state.plan.track {
         tracking::track(state, &cx.origin, pointer, size);
     }
-    fill_on_alloc(state, pointer, 0);
+    if request != Request::Calloc {
+        fill_on_alloc(state, pointer, 0);
+    }
     pointer as *mut c_void
+}
+
+enum NativeFailure {
+    /// The request plus the library's extra bytes does not fit: ENOMEM.
+    TooLarge,
+    /// The native allocator returned null (and set errno) or reported no usable size.
+    Refused,
+}
+
+/// The user pointer of a fresh native block for `size` bytes.
+fn native_block(state: &State, request: Request, size: usize) -> Result<usize, NativeFailure> {
+    let layout = &state.layout;
+    let d = state.dispatch;
+    if !layout.header {
+        let real = size
+            .checked_add(layout.extra_bytes)
+            .ok_or(NativeFailure::TooLarge)?;
+        // SAFETY: native allocation calls with checked sizes.
+        let p = unsafe {
+            match request {
+                Request::Malloc => (d.malloc)(real),
+                Request::Calloc => (d.calloc)(1, real),
+                Request::Memalign(alignment) => (d.memalign)(alignment, real),
+            }
+        } as usize;
+        return if p == 0 {
+            Err(NativeFailure::Refused)
+        } else {
+            Ok(p)
+        };
+    }
+    // Header mode: memalign over-allocates by the alignment and places the header below the
+    // first aligned user pointer; malloc's own alignment (MIN_ALIGN) needs no memalign.
+    let alignment = match request {
+        Request::Memalign(asked) => header_alignment(asked).ok_or(NativeFailure::TooLarge)?,
+        _ => 0,
+    };
+    let real = size
+        .checked_add(alignment)
+        .and_then(|r| r.checked_add(layout.extra_bytes))
+        .ok_or(NativeFailure::TooLarge)?;
+    // SAFETY: native allocation.
+    let orig = unsafe { (d.malloc)(real) } as usize;
+    if orig == 0 {
+        return Err(NativeFailure::Refused);
+    }
+    let header_at = match request {
+        Request::Memalign(_) => {
+            (orig + layout.pointer_offset).next_multiple_of(alignment) - layout.pointer_offset
+        }
+        _ => orig,
+    };
+    let usable = if request == Request::Calloc {
+        // SAFETY: `orig` was just returned by the native allocator; all of it is ours to zero.
+        let usable = unsafe { (d.malloc_usable_size)(orig as *const c_void) };
+        // SAFETY: as above.
+        unsafe { core::ptr::write_bytes(orig as *mut u8, 0, usable) };
+        usable
+    } else if layout.rear_guard_bytes > 0 {
+        // With a rear guard the usable size is the requested size: no need to ask the
+        // allocator (a native call on every allocation).
+        usize::MAX
+    } else {
+        // SAFETY: `orig` was just returned by the native allocator.
+        unsafe { (d.malloc_usable_size)(orig as *const c_void) }
+    };
+    init_header(state, orig, header_at, size, usable).ok_or(NativeFailure::Refused)
+}
+
+/// The internal malloc shared by malloc and realloc (spec §2.4 step 2).
+fn internal_malloc(cx: &Entered, size: usize) -> *mut c_void {
+    crate::deferred::on_internal_malloc_or_free(cx.state);
+    let size = size.max(1);
+    if size > MAX_SIZE || size.checked_add(cx.state.layout.extra_bytes).is_none() {
+        return fail_nomem();
+    }
+    allocate(cx, Request::Malloc, size)
 }
 
 /// Runs an allocating call, recorded under record_allocs: `describe` turns the result into the
@@ -205,44 +258,15 @@ pub fn calloc(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
 }
 
 fn calloc_unrecorded(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
-    let state = cx.state;
     let Some(total) = nmemb.checked_mul(size) else {
         return fail_nomem();
     };
     let total = total.max(1);
-    let Some(real) = total.checked_add(state.layout.extra_bytes) else {
-        return fail_nomem();
-    };
-    if real > MAX_SIZE {
-        return fail_nomem();
+    // calloc's limit counts the library's extra bytes too (spec §4).
+    match total.checked_add(cx.state.layout.extra_bytes) {
+        Some(real) if real <= MAX_SIZE => allocate(cx, Request::Calloc, total),
+        _ => fail_nomem(),
     }
-    let d = state.dispatch;
-    let pointer = if state.layout.header {
-        // SAFETY: native allocation (malloc's alignment is MIN_ALIGN: no memalign needed).
-        let orig = unsafe { (d.malloc)(real) } as usize;
-        if orig == 0 {
-            return null_mut();
-        }
-        // SAFETY: the whole usable block is ours to zero.
-        let usable = unsafe { (d.malloc_usable_size)(orig as *const c_void) };
-        // SAFETY: as above.
-        unsafe { core::ptr::write_bytes(orig as *mut u8, 0, usable) };
-        match init_header_with_usable(state, orig, orig, total, usable) {
-            Some(p) => p,
-            None => return null_mut(),
-        }
-    } else {
-        // SAFETY: native allocation.
-        let p = unsafe { (d.calloc)(1, real) } as usize;
-        if p == 0 {
-            return null_mut();
-        }
-        p
-    };
-    if tracking_on(state) {
-        tracking::track(state, &cx.origin, pointer, total);
-    }
-    pointer as *mut c_void
 }
 
 /// Also behind aligned_alloc and posix_memalign, which record as memalign.
@@ -255,48 +279,11 @@ pub fn memalign(cx: &Entered, alignment: usize, bytes: usize) -> *mut c_void {
 }
 
 fn memalign_unrecorded(cx: &Entered, alignment: usize, bytes: usize) -> *mut c_void {
-    let state = cx.state;
     let bytes = bytes.max(1);
     if bytes > MAX_SIZE {
         return fail_nomem();
     }
-    let d = state.dispatch;
-    let pointer = if state.layout.header {
-        let Some(alignment) = header_alignment(alignment) else {
-            return fail_nomem();
-        };
-        let Some(real) = alignment
-            .checked_add(bytes)
-            .and_then(|r| r.checked_add(state.layout.extra_bytes))
-        else {
-            return fail_nomem();
-        };
-        // SAFETY: native allocation; the alignment is produced by over-allocating.
-        let orig = unsafe { (d.malloc)(real) } as usize;
-        if orig == 0 {
-            return null_mut();
-        }
-        let user = (orig + state.layout.pointer_offset).next_multiple_of(alignment);
-        match init_header(state, orig, user - state.layout.pointer_offset, bytes) {
-            Some(p) => p,
-            None => return null_mut(),
-        }
-    } else {
-        let Some(real) = bytes.checked_add(state.layout.extra_bytes) else {
-            return fail_nomem();
-        };
-        // SAFETY: native allocation with the caller's alignment.
-        let p = unsafe { (d.memalign)(alignment, real) } as usize;
-        if p == 0 {
-            return null_mut();
-        }
-        p
-    };
-    if tracking_on(state) {
-        tracking::track(state, &cx.origin, pointer, bytes);
-    }
-    fill_on_alloc(state, pointer, 0);
-    pointer as *mut c_void
+    allocate(cx, Request::Memalign(alignment), bytes)
 }
 
 /// Header mode's alignment: a power of two (0 counts as one), at least MIN_ALIGN.
@@ -342,7 +329,7 @@ fn free_untracked(cx: &Entered, pointer: usize) {
     let state = cx.state;
     let d = state.dispatch;
     // Without a header, the usable size costs a native call: ask only when something needs it.
-    let needs_bytes = state.has(bits::FILL_ON_FREE) || state.has(bits::FREE_TRACK);
+    let needs_bytes = state.plan.free_needs_usable_size();
     let (bytes, orig) = if state.layout.header {
         let h = header(state, pointer);
         guard::check(state, pointer, h.size);
@@ -361,15 +348,15 @@ fn free_untracked(cx: &Entered, pointer: usize) {
     } else {
         (0, pointer)
     };
-    if state.has(bits::FILL_ON_FREE) {
+    if state.plan.fill_on_free > 0 {
         fill(
             pointer,
             FILL_FREE_BYTE,
             0,
-            bytes.min(state.config.fill_on_free_bytes),
+            bytes.min(state.plan.fill_on_free),
         );
     }
-    if state.has(bits::FREE_TRACK) {
+    if state.plan.hold_freed {
         queue_freed(cx, pointer, bytes);
     } else {
         // SAFETY: the block's native start, freed once.
@@ -383,14 +370,13 @@ fn free_untracked(cx: &Entered, pointer: usize) {
 fn queue_freed(cx: &Entered, pointer: usize, bytes: usize) {
     let state = cx.state;
     let mut trace = tracking::FrameBuffer::new();
-    let frames = state.config.free_track_backtrace_num_frames;
-    if frames > 0 {
-        trace.capture(state, &cx.origin, bytes, frames);
+    if state.plan.free_frames > 0 {
+        trace.capture(state, &cx.origin, bytes, state.plan.free_frames);
     }
     free_track::hold(
         state,
         pointer,
-        bytes.min(state.config.fill_on_free_bytes),
+        bytes.min(state.plan.fill_on_free),
         trace.frames(),
     );
 }
@@ -424,13 +410,13 @@ pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void 
     let state = cx.state;
     let old = pointer as usize;
     let Some(pending) = record::begin(state) else {
-        return realloc_unrecorded(cx, old, bytes, &mut -1);
+        return realloc_unrecorded(cx, old, bytes, &mut OldBlock::Unseen);
     };
-    let mut present = -1;
-    let p = realloc_unrecorded(cx, old, bytes, &mut present) as usize;
+    let mut seen = OldBlock::Unseen;
+    let p = realloc_unrecorded(cx, old, bytes, &mut seen) as usize;
     // Header-mode realloc in place is not recorded (spec §7.2), nor is a failure.
     let in_place = state.layout.header && old != 0 && p == old;
-    if (p == 0 && bytes != 0) || in_place || (bytes == 0 && present == -2) {
+    if (p == 0 && bytes != 0) || in_place || (bytes == 0 && seen == OldBlock::Rejected) {
         pending.abandon();
     } else {
         pending.finish(record::Done {
@@ -438,18 +424,31 @@ pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void 
             ptr: p,
             size: if p == 0 { 0 } else { bytes },
             u: old as u64,
-            present: present.max(-1),
+            present: match seen {
+                OldBlock::Present(bytes) => bytes,
+                _ => -1,
+            },
             untimed: false,
         });
     }
     p as *mut c_void
 }
 
-/// `present`: set to the old block's present bytes once it is verified (left at -1 when not
-/// recording, -2 when recording and the pointer failed verification).
-fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, present: &mut i64) -> *mut c_void {
+/// What realloc learnt of the old block for its record_allocs entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OldBlock {
+    /// Not looked at for a record (not recording, or no old block).
+    Unseen,
+    /// Failed verification (reported): the call records nothing when it also frees nothing.
+    Rejected,
+    /// Verified; its present bytes from before the call.
+    Present(i64),
+}
+
+/// `seen`: what a recording caller learns of the old block (left `Unseen` when not recording).
+fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, seen: &mut OldBlock) -> *mut c_void {
     let state = cx.state;
-    let recording = state.has(bits::RECORD_ALLOCS);
+    let recording = state.plan.record;
     if old == 0 {
         return internal_malloc(cx, bytes);
     }
@@ -459,12 +458,12 @@ fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, present: &mut i64)
     // removal); every way out either frees it or tracks it again.
     let Some(old_record) = verify::check_and_untrack(state, old, "realloc") else {
         if recording {
-            *present = -2;
+            *seen = OldBlock::Rejected;
         }
         return null_mut();
     };
     if recording {
-        *present = record::present_bytes(state, old);
+        *seen = OldBlock::Present(record::present_bytes(state, old));
     }
     let old_block = Untracked {
         pointer: old,
@@ -474,12 +473,10 @@ fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, present: &mut i64)
         old_block.free(cx);
         return null_mut();
     }
-    let expand = if state.has(bits::EXPAND_ALLOC) {
-        state.config.expand_alloc_bytes
-    } else {
-        0
-    };
-    let Some(real) = bytes.checked_add(expand).filter(|_| bytes <= MAX_SIZE) else {
+    let Some(real) = bytes
+        .checked_add(state.plan.realloc_expand)
+        .filter(|_| bytes <= MAX_SIZE)
+    else {
         old_block.keep();
         return fail_nomem();
     };
@@ -562,7 +559,7 @@ fn realloc_native(cx: &Entered, old_block: Untracked, real: usize) -> *mut c_voi
     // address may already belong to another thread's new allocation.
     let old = old_block.pointer;
     // Only fill_on_alloc needs the old usable size (a native call on every realloc otherwise).
-    let prev = if state.has(bits::FILL_ON_ALLOC) {
+    let prev = if state.plan.fill_on_alloc > 0 {
         // SAFETY: a verified live native allocation.
         unsafe { (d.malloc_usable_size)(old as *const c_void) }
     } else {

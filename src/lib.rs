@@ -30,6 +30,7 @@ mod log_file;
 mod mutex;
 mod output;
 mod pages;
+mod plan;
 mod platform;
 mod pointers;
 mod record;

@@ -21,6 +21,8 @@ pub struct State {
     zygote_child: *const u8,
     pub config: Config<'static>,
     pub layout: Layout,
+    /// The steps of the allocation pipeline, decided once (src/plan.rs).
+    pub plan: crate::plan::Plan,
 }
 
 // SAFETY: the state is written once before publication and only read afterwards; the zygote
@@ -152,6 +154,7 @@ pub unsafe fn initialize(
             zygote_child,
             config,
             layout: Layout::new(&config),
+            plan: crate::plan::Plan::new(&config),
         });
         STATE.store((*STORAGE.0.get()).as_mut_ptr(), Ordering::Release);
     }

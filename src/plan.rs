@@ -1,0 +1,82 @@
+//! The per-process plan of the allocation pipeline: which steps every call runs, decided once
+//! at initialize from the options, so that src/alloc.rs reads as one body per operation with
+//! named steps instead of tests of option bits.
+//!
+//! Each field names the option(s) behind it (their rows are in src/config/table.rs) and the
+//! module that carries the step out. The block's geometry (header, guards, extra bytes) is the
+//! other half of what initialize decides: `header::Layout`.
+
+use crate::config::{Config, bits};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Record every live block in the live-allocation table (`leak_track`, `backtrace`,
+    /// `verify_pointers`, `free_track`, and the options that imply them): src/tracking.rs.
+    pub track: bool,
+    /// Bytes of each new block filled with 0xeb; 0: none (`fill_on_alloc`, `fill`).
+    pub fill_on_alloc: usize,
+    /// Bytes of each freed block filled with 0xef; 0: none (`fill_on_free`, `fill`, and
+    /// `free_track`, which needs the pattern to check).
+    pub fill_on_free: usize,
+    /// Hold freed blocks back and check them when they leave (`free_track`): src/free_track.rs.
+    pub hold_freed: bool,
+    /// Frames of the free-time backtrace kept with a held block; 0: none
+    /// (`free_track_backtrace_num_frames`).
+    pub free_frames: usize,
+    /// Bytes added to every realloc request (`expand_alloc`); 0: none.
+    pub realloc_expand: usize,
+    /// Log every call to the record_allocs file (`record_allocs`): src/record/.
+    pub record: bool,
+}
+
+impl Plan {
+    pub fn new(config: &Config<'_>) -> Plan {
+        let bytes_if = |bit, bytes| if config.has(bit) { bytes } else { 0 };
+        Plan {
+            track: config.has(bits::TRACK_ALLOCS),
+            fill_on_alloc: bytes_if(bits::FILL_ON_ALLOC, config.fill_on_alloc_bytes),
+            fill_on_free: bytes_if(bits::FILL_ON_FREE, config.fill_on_free_bytes),
+            hold_freed: config.has(bits::FREE_TRACK),
+            free_frames: bytes_if(bits::FREE_TRACK, config.free_track_backtrace_num_frames),
+            realloc_expand: bytes_if(bits::EXPAND_ALLOC, config.expand_alloc_bytes),
+            record: config.has(bits::RECORD_ALLOCS),
+        }
+    }
+
+    /// A free needs the block's usable size (a native call when there is no header) only to
+    /// fill it or to know what a held block must still hold.
+    pub fn free_needs_usable_size(&self) -> bool {
+        self.fill_on_free > 0 || self.hold_freed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_for_test(options: &str) -> Config<'_> {
+        Config::parse(options.as_bytes()).unwrap_or_else(|_| panic!("{options}"))
+    }
+
+    #[test]
+    fn options_map_to_steps() {
+        let plan = Plan::new(&parse_for_test("fill free_track=5 expand_alloc=7"));
+        assert_eq!(
+            plan,
+            Plan {
+                // free_track tracks live blocks too: a double free is told from a wild one.
+                track: true,
+                fill_on_alloc: usize::MAX,
+                fill_on_free: usize::MAX,
+                hold_freed: true,
+                free_frames: 16,
+                realloc_expand: 7,
+                record: false,
+            }
+        );
+        assert!(plan.free_needs_usable_size());
+        let plan = Plan::new(&parse_for_test("leak_track fill_on_alloc=64"));
+        assert!(plan.track && plan.fill_on_alloc == 64 && plan.fill_on_free == 0);
+        assert!(!plan.free_needs_usable_size());
+    }
+}
