@@ -6,6 +6,8 @@
 //! `no_std`, never allocates through the exported malloc and never unwinds (see DESIGN.md §2).
 //! Unit tests build the same modules with std.
 #![cfg_attr(not(test), no_std)]
+// Every `unsafe` block says why it is sound (the rules of docs/design.md, "Allocation safety").
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod alloc;
 mod backtrace;

@@ -530,11 +530,11 @@ impl BacktraceTable {
         // backtrace signal blocked, so threads that wait for it never wait for a parked thread.
         let _slow = crate::sync::DisabledScope::enter();
         let mut shard = self.shards[s].lock();
-        // SAFETY: index members are live records.
-        if let Some(r) = shard
-            .by_frames
-            .find(hash, |r| unsafe { Record::frames(r) == frames })
-        {
+        if let Some(r) = shard.by_frames.find(hash, |r| {
+            // SAFETY: the index holds only live records, and the shard lock held here keeps
+            // them from being collected while their frames are compared.
+            unsafe { Record::frames(r) == frames }
+        }) {
             // SAFETY: live record, under the shard lock.
             return Some(unsafe { (*r).id.load(Ordering::Relaxed) });
         }
