@@ -1,5 +1,6 @@
-//! The allocation paths of spec §2 and the size/errno rules of §4, in header mode (guards) and
-//! without headers. Each function runs inside an entered call (`entry::Entered`).
+//! The allocation paths of docs/spec/allocation.md and its size/errno rules
+//! (docs/spec/allocation.md#size-limits-and-errno), in header mode (guards) and without headers.
+//! Each function runs inside an entered call (`entry::Entered`).
 
 use crate::config::{FILL_ALLOC_BYTE, FILL_FREE_BYTE, MIN_ALIGN, bits};
 use crate::entry::Entered;
@@ -14,7 +15,8 @@ use crate::verify;
 use core::ffi::c_void;
 use core::ptr::null_mut;
 
-/// Bit 31 of a tracked size is the zygote-child flag, so no request may exceed it (spec §4).
+/// Bit 31 of a tracked size is the zygote-child flag, so no request may exceed it
+/// (docs/spec/allocation.md#size-limits-and-errno).
 pub const MAX_SIZE: usize = 0x7fff_ffff;
 
 fn fail_nomem() -> *mut c_void {
@@ -29,7 +31,8 @@ fn tracking_on(state: &State) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Header mode helpers
 
-/// Sets up the header at `header_at` for a block whose native start is `orig` (spec §2.3).
+/// Sets up the header at `header_at` for a block whose native start is `orig`
+/// (docs/spec/allocation.md#header-mode).
 /// Returns the user pointer, or None (block already given back) if the allocator reports no
 /// usable size.
 fn init_header(state: &State, orig: usize, header_at: usize, size: usize) -> Option<usize> {
@@ -104,7 +107,7 @@ fn fill(pointer: usize, byte: u8, from: usize, to: usize) {
     }
 }
 
-/// Fills `[from, min(usable, limit))` of a fresh block with 0xeb (spec §6).
+/// Fills `[from, min(usable, limit))` of a fresh block with 0xeb (docs/spec/allocation.md#fill).
 fn fill_on_alloc(state: &State, pointer: usize, from: usize) {
     if state.has(bits::FILL_ON_ALLOC) {
         let to = usable_size(state, pointer).min(state.config.fill_on_alloc_bytes);
@@ -115,7 +118,7 @@ fn fill_on_alloc(state: &State, pointer: usize, from: usize) {
 // ---------------------------------------------------------------------------------------------
 // malloc / calloc / memalign
 
-/// The internal malloc shared by malloc and realloc (spec §2.4 step 2).
+/// The internal malloc shared by malloc and realloc (docs/spec/allocation.md#malloc).
 fn internal_malloc(cx: &Entered, size: usize) -> *mut c_void {
     let state = cx.state;
     crate::deferred::on_internal_malloc_or_free(state);
@@ -336,8 +339,8 @@ pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, siz
 // ---------------------------------------------------------------------------------------------
 // free / realloc / malloc_usable_size
 
-/// The internal free shared by free and realloc (spec §2.8 step 4), for a block already out of
-/// the live table (the deferred signal work ran before it left: see `free`).
+/// The internal free shared by free and realloc (docs/spec/allocation.md#free, steps 3-5), for a
+/// block already out of the live table (the deferred signal work ran before it left: see `free`).
 fn free_untracked(cx: &Entered, pointer: usize) {
     let state = cx.state;
     let d = state.dispatch;
@@ -429,7 +432,8 @@ pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void 
     };
     let mut present = -1;
     let p = realloc_unrecorded(cx, old, bytes, &mut present) as usize;
-    // Header-mode realloc in place is not recorded (spec §7.2), nor is a failure.
+    // Header-mode realloc in place is not recorded (docs/spec/abi.md#what-each-call-records),
+    // nor is a failure.
     let in_place = state.layout.header && old != 0 && p == old;
     if (p == 0 && bytes != 0) || in_place || (bytes == 0 && present == -2) {
         pending.abandon();

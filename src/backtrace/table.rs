@@ -1,5 +1,6 @@
-//! Deduplicated backtrace records (abi §7.4): one record per distinct frame vector, shared by
-//! every allocation with that vector, identified by an id that is never reused.
+//! Deduplicated backtrace records (docs/spec/allocation.md#allocation-backtraces): one record per
+//! distinct frame vector, shared by every allocation with that vector, identified by an id that is
+//! never reused.
 //!
 //! Records carry no reference count. Counting cost every allocation and every free a lock and a
 //! write to a record that all threads allocating from the same place share (10–15% of a
