@@ -73,8 +73,8 @@ fn main() {
             );
         }
     }
-    // DESIGN §2.3: the libc crate may not emit -lc (its std feature), and Android 9 keeps
-    // dl_iterate_phdr/dlsym in libdl.so.
+    // docs/spec/abi.md#linking: the libc crate may not emit -lc (its std feature), and Android 9
+    // keeps dl_iterate_phdr/dlsym in libdl.so.
     println!("cargo:rustc-link-lib=dylib=c");
     println!("cargo:rustc-link-lib=dylib=dl");
     if target_os == "android" {

@@ -6,17 +6,18 @@
 // "floor:" rows. Not a malloc debugger: it cannot report anything.
 //
 // FLOOR=fill        malloc fills the usable size with 0xeb, free with 0xef; realloc fills the
-//                   grown tail (spec §2.4 g, §2.8 c, §2.9 11)
+//                   grown tail (docs/spec/allocation.md#fill)
 // FLOOR=guard       32-byte header-and-alignment, 32-byte front guard of 0xaa, 32-byte rear
 //                   guard of 0xbb; free compares both guards and marks the header freed
-//                   (§2.2, §2.3, §2.8 b)
+//                   (docs/spec/allocation.md#header-mode, #free)
 // FLOOR=guard_fill  both of the above (the fill covers the requested size: a rear guard makes
 //                   that the usable size)
 // FLOOR=free_track  fill on free, a FIFO of 100 freed blocks, each compared with 0xef when it
-//                   leaves the queue (§5); no free-time backtrace
+//                   leaves the queue (docs/spec/allocation.md#free_track); no free-time backtrace
 // FLOOR=record_allocs  a 56-byte entry per call in a mapped array of 8,000,000 (reused from the
 //                   start when full), CLOCK_MONOTONIC around each native call, and the present
-//                   bytes of every freed or reallocated block from /proc/self/pagemap (§7)
+//                   bytes of every freed or reallocated block from /proc/self/pagemap
+//                   (docs/spec/abi.md#present-bytes)
 //
 // Only malloc, calloc, realloc, free and malloc_usable_size are wrapped: enough for
 // benches/alloc_mix.c, not for programs that use the aligned allocations.
@@ -100,8 +101,8 @@ static int all_equal(const unsigned char* p, size_t n, unsigned char v) {
 // Counted, so that the compares cannot be optimised away; nothing reads it.
 static atomic_ulong damaged;
 
-// Guard mode: the block, its header and guards in one native allocation (§2.4 f: memalign
-// with the minimum alignment, 16).
+// Guard mode: the block, its header and guards in one native allocation
+// (docs/spec/allocation.md#malloc; the reference: memalign with the minimum alignment, 16).
 static void* guarded(size_t n, int zero) {
   char* o = __libc_memalign(16, n + OFFSET + REAR);
   if (!o) return NULL;
@@ -274,8 +275,8 @@ void* realloc(void* p, size_t n) {
     return NULL;
   }
   if (!(m & GUARD)) {
-    // No header: the native realloc, and only malloc's fill for the grown tail (§2.9 10-11;
-    // free_track alone fills nothing on allocation).
+    // No header: the native realloc, and only malloc's fill for the grown tail
+    // (docs/spec/allocation.md#realloc; free_track alone fills nothing on allocation).
     size_t prev = native_usable_size(p);
     void* q = __libc_realloc(p, n);
     if (q && (m & FILL) && !(m & TRACK)) fill_fresh(q, prev);

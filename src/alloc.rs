@@ -1,5 +1,7 @@
-//! The allocation paths of spec §2 and the size/errno rules of §4, in header mode (guards) and
-//! without headers. Each function runs inside an entered call (`entry::Entered`).
+//! The allocation paths of docs/spec/allocation.md and its size/errno rules
+//! (docs/spec/allocation.md#size-limits-and-errno), in header mode (guards) and without headers.
+//! Each function runs inside an entered call (`entry::Entered`); which steps run is decided
+//! once at initialize (src/plan.rs).
 
 use crate::config::{FILL_ALLOC_BYTE, FILL_FREE_BYTE, MIN_ALIGN};
 use crate::entry::Entered;
@@ -14,7 +16,8 @@ use crate::verify;
 use core::ffi::c_void;
 use core::ptr::null_mut;
 
-/// Bit 31 of a tracked size is the zygote-child flag, so no request may exceed it (spec §4).
+/// Bit 31 of a tracked size is the zygote-child flag, so no request may exceed it
+/// (docs/spec/allocation.md#size-limits-and-errno).
 pub const MAX_SIZE: usize = 0x7fff_ffff;
 
 fn fail_nomem() -> *mut c_void {
@@ -25,7 +28,8 @@ fn fail_nomem() -> *mut c_void {
 // ---------------------------------------------------------------------------------------------
 // Header mode helpers
 
-/// Sets up the header at `header_at` for a block whose native start is `orig` (spec §2.3),
+/// Sets up the header at `header_at` for a block whose native start is `orig`
+/// (docs/spec/allocation.md#header-mode),
 /// given the allocator's usable size (`usize::MAX` when a rear guard makes it moot). Returns the
 /// user pointer, or None (block already given back) if the allocator reports no usable size.
 fn init_header(
@@ -87,7 +91,7 @@ fn fill(pointer: usize, byte: u8, from: usize, to: usize) {
     }
 }
 
-/// Fills `[from, min(usable, limit))` of a fresh block with 0xeb (spec §6).
+/// Fills `[from, min(usable, limit))` of a fresh block with 0xeb (docs/spec/allocation.md#fill).
 fn fill_on_alloc(state: &State, pointer: usize, from: usize) {
     if state.plan.fill_on_alloc > 0 {
         let to = usable_size(state, pointer).min(state.plan.fill_on_alloc);
@@ -195,7 +199,7 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
     init_header(state, orig, header_at, size, usable).ok_or(NativeFailure::Refused)
 }
 
-/// The internal malloc shared by malloc and realloc (spec §2.4 step 2).
+/// The internal malloc shared by malloc and realloc (docs/spec/allocation.md#malloc).
 fn internal_malloc(cx: &Entered, size: usize) -> *mut c_void {
     crate::deferred::on_internal_malloc_or_free(cx.state);
     let size = size.max(1);
@@ -262,7 +266,8 @@ fn calloc_unrecorded(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
         return fail_nomem();
     };
     let total = total.max(1);
-    // calloc's limit counts the library's extra bytes too (spec §4).
+    // calloc's limit counts the library's extra bytes too
+    // (docs/spec/allocation.md#size-limits-and-errno).
     match total.checked_add(cx.state.layout.extra_bytes) {
         Some(real) if real <= MAX_SIZE => allocate(cx, Request::Calloc, total),
         _ => fail_nomem(),
@@ -323,7 +328,7 @@ pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, siz
 // ---------------------------------------------------------------------------------------------
 // free / realloc / malloc_usable_size
 
-/// The internal free shared by free and realloc (spec §2.8 step 4), for a block already out of
+/// The internal free shared by free and realloc (docs/spec/allocation.md#free, steps 3-5), for a block already out of
 /// the live table (the deferred signal work ran before it left: see `free`).
 fn free_untracked(cx: &Entered, pointer: usize) {
     let state = cx.state;
@@ -414,7 +419,8 @@ pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void 
     };
     let mut seen = OldBlock::Unseen;
     let p = realloc_unrecorded(cx, old, bytes, &mut seen) as usize;
-    // Header-mode realloc in place is not recorded (spec §7.2), nor is a failure.
+    // Header-mode realloc in place is not recorded
+    // (docs/spec/abi.md#what-each-call-records), nor is a failure.
     let in_place = state.layout.header && old != 0 && p == old;
     if (p == 0 && bytes != 0) || in_place || (bytes == 0 && seen == OldBlock::Rejected) {
         pending.abandon();

@@ -1,13 +1,15 @@
-//! Option parsing (spec §1): turns the option string libc hands to `debug_initialize` into a
-//! [`Config`].
+//! Option parsing (docs/spec/options.md#parsing): turns the option string libc hands to
+//! `debug_initialize` into a [`Config`].
 //!
 //! The work is split by concern:
 //! * [`tokens`] cuts the string into `name[=value]` pairs exactly like the reference's
-//!   tokenizer (§1.1);
-//! * [`table`] is the option table (§1.4) as data: one row per option with its alias, value kind,
-//!   default, range, flag bits and setter;
-//! * [`number`] is `strtol` plus the range checks, in the reference's order (§1.3);
-//! * [`error`] holds [`ConfigError`] and the exact message texts (§3.1);
+//!   tokenizer (docs/spec/options.md#tokens);
+//! * [`table`] is the option table (docs/spec/options.md#option-table) as data: one row per option
+//!   with its alias, value kind, default, range, flag bits and setter;
+//! * [`number`] is `strtol` plus the range checks, in the reference's order
+//!   (docs/spec/options.md#numbers);
+//! * [`error`] holds [`ConfigError`] and the exact message texts
+//!   (docs/spec/errors.md#option-errors);
 //! * [`check`] exports the parser to the host CLI (`malloc_debug_check_options`, an extension).
 //!
 //! Everything here runs inside `debug_initialize`, i.e. inside malloc: nothing allocates, the
@@ -25,8 +27,8 @@ mod tests;
 
 pub use error::{ConfigError, ERANGE_TEXT};
 
-/// The option flag bits (spec §1.4). Several options may set the same bit; the bits, not the
-/// option names, drive the rest of the library.
+/// The option flag bits (docs/spec/options.md#option-table). Several options may set the same bit;
+/// the bits, not the option names, drive the rest of the library.
 pub mod bits {
     pub const FRONT_GUARD: u64 = 0x1;
     pub const REAR_GUARD: u64 = 0x2;
@@ -77,11 +79,12 @@ pub const MAX_RECORD_ALLOCS: usize = 50_000_000;
 pub const DEFAULT_BACKTRACE_DUMP_PREFIX: &[u8] = b"/data/local/tmp/backtrace_heap";
 pub const DEFAULT_RECORD_ALLOCS_FILE: &[u8] = b"/data/local/tmp/record_allocs.txt";
 
-/// `SIGRTMAX` on Android and Linux (spec §0.3). `libc::SIGRTMAX()` is a function, so the signal
-/// numbers are fixed here instead of computed.
+/// `SIGRTMAX` on Android and Linux (docs/spec/options.md#signals). `libc::SIGRTMAX()` is a
+/// function, so the signal numbers are fixed here instead of computed.
 const SIGRTMAX: i32 = 64;
 
-/// The usage text logged (one ERROR record per line) after an option error (spec §1.2).
+/// The usage text logged (one ERROR record per line) after an option error
+/// (docs/spec/options.md#unknown-names-and-failure).
 pub const USAGE_LINES: [&str; 2] = [
     "For malloc debug option descriptions go to:",
     "  https://android.googlesource.com/platform/bionic/+/main/libc/malloc_debug/README.md",
@@ -95,7 +98,7 @@ pub struct Config<'a> {
     pub options: u64,
     /// Already rounded up to [`MIN_ALIGN`].
     pub front_guard_bytes: usize,
-    /// Exactly as given (never rounded, spec §11.1).
+    /// Exactly as given (never rounded, docs/spec/options.md#rear_guard).
     pub rear_guard_bytes: usize,
     /// Shared by `backtrace` and `backtrace_enable_on_signal`: the later one wins.
     pub backtrace_frames: usize,
@@ -114,7 +117,8 @@ pub struct Config<'a> {
     pub free_track_allocations: usize,
     pub free_track_backtrace_num_frames: usize,
     pub record_allocs_num_entries: usize,
-    /// Empty until `record_allocs` or `record_allocs_file` sets it (spec §1.5).
+    /// Empty until `record_allocs` or `record_allocs_file` sets it
+    /// (docs/spec/options.md#record_allocs).
     pub record_allocs_file: &'a [u8],
     pub record_allocs_on_exit: bool,
     pub backtrace_signal: i32,
@@ -134,7 +138,7 @@ pub struct Config<'a> {
 }
 
 impl Config<'static> {
-    /// The state before any option is applied (spec §1.5 "Defaults before parsing").
+    /// The state before any option is applied (docs/spec/options.md#defaults-before-parsing).
     pub const INITIAL: Config<'static> = Config {
         options: 0,
         front_guard_bytes: 0,
@@ -173,9 +177,9 @@ impl Default for Config<'_> {
 }
 
 impl<'a> Config<'a> {
-    /// Parses an option string (spec §1.1–§1.5). Options are applied left to right; the first
-    /// error stops parsing and is returned (the caller logs it and the usage text). A NUL byte
-    /// ends the string, as it would for the C string the reference parses.
+    /// Parses an option string (docs/spec/options.md#parsing). Options are applied left to right;
+    /// the first error stops parsing and is returned (the caller logs it and the usage text). A NUL
+    /// byte ends the string, as it would for the C string the reference parses.
     pub fn parse(options: &'a [u8]) -> Result<Config<'a>, ConfigError<'a>> {
         let mut config = Config::INITIAL;
         for token in tokens::Tokens::new(until_nul(options)) {

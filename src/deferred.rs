@@ -1,6 +1,6 @@
-//! Work requested by signals, done at the next internal malloc/free (spec §8): the heap dump
-//! (SIGRTMAX-17) and the allocator statistics (SIGRTMAX-15); and at the next call of any
-//! allocation function, the unreachable-memory check (SIGRTMAX-16).
+//! Work requested by signals, done at the next internal malloc/free (docs/spec/options.md#signals):
+//! the heap dump (SIGRTMAX-17) and the allocator statistics (SIGRTMAX-15); and at the next call of
+//! any allocation function, the unreachable-memory check (SIGRTMAX-16).
 
 use crate::config::bits;
 use crate::dispatch::M_LOG_STATS;
@@ -10,7 +10,7 @@ use crate::state::State;
 use core::sync::atomic::Ordering;
 
 /// The unreachable-memory check (SIGRTMAX-16) runs at the start of any allocation call, not
-/// only malloc and free (spec §8).
+/// only malloc and free (docs/spec/options.md#signals).
 #[inline]
 pub fn on_entry(state: &State) {
     if UNREACHABLE_CHECK_PENDING.load(Ordering::Relaxed)

@@ -1,5 +1,5 @@
 //! `MallocDispatch`: the native allocator's entry points, as libc hands them to
-//! `debug_initialize` (abi-and-dumps §2.1), and the library's own copy of them.
+//! `debug_initialize` (docs/spec/abi.md#mallocdispatch), and the library's own copy of them.
 //!
 //! libc's table has two layouts (`layout`): Android 17 inserts `reallocarray` after `realloc`,
 //! which moves every later field. Nothing in `debug_initialize` says which one libc passed, so
@@ -266,7 +266,7 @@ pub unsafe fn adopt(table: *const LibcDispatch) -> Option<&'static MallocDispatc
     Some(copy)
 }
 
-/// `mallopt` parameters the library issues itself (abi-and-dumps §3).
+/// `mallopt` parameters the library issues itself (docs/spec/abi.md#mallocdispatch).
 pub const M_PURGE_ALL: c_int = -104;
 pub const M_LOG_STATS: c_int = -205;
 

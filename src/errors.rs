@@ -1,4 +1,5 @@
-//! Bionic's `strerror` texts. Messages must read the same on every platform (spec §0.1), and
+//! Bionic's `strerror` texts. Messages must read the same on every platform
+//! (docs/spec/errors.md#conventions), and
 //! glibc's `strerror` differs in wording (and may allocate for unknown codes).
 
 pub fn strerror(errno: i32) -> &'static str {

@@ -1,4 +1,4 @@
-//! The C ABI: every `debug_*` symbol libc resolves (abi-and-dumps §1.4). Thin: each function
+//! The C ABI: every `debug_*` symbol libc resolves (docs/spec/abi.md#exports). Thin: each function
 //! enters the library and hands over to the module that owns the behaviour, or forwards to the
 //! native allocator when the call must not be intercepted (see `entry::enter`).
 //!
@@ -188,14 +188,14 @@ pub unsafe extern "C" fn debug_malloc_usable_size(pointer: *const c_void) -> usi
     }
 }
 
-/// Pass-through, no lock (abi §2.3).
+/// Pass-through, no lock (docs/spec/abi.md#mallocdispatch).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_mallinfo() -> Mallinfo {
     // SAFETY: native allocator call.
     native().map_or(Mallinfo::default(), |d| unsafe { (d.mallinfo)() })
 }
 
-/// Pass-through, no lock (abi §2.3).
+/// Pass-through, no lock (docs/spec/abi.md#mallocdispatch).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_mallopt(param: c_int, value: c_int) -> c_int {
     // SAFETY: native allocator call.

@@ -1,4 +1,5 @@
-//! The frame of every error report (spec §3.2–§3.4): divider, message, details, a backtrace,
+//! The frame of every error report (docs/spec/errors.md#pointer-verification to
+//! docs/spec/errors.md#free_track-reports): divider, message, details, a backtrace,
 //! divider, then `abort()` under `abort_on_error`.
 
 use crate::backtrace;

@@ -1,5 +1,5 @@
-//! free_track (spec §5): freed blocks are held back in a bounded queue, filled with 0xef, and
-//! checked for writes when they leave the queue (and at exit). The queue itself, a data
+//! free_track (docs/spec/allocation.md#free_track): freed blocks are held back in a bounded
+//! queue, filled with 0xef, and checked for writes when they leave the queue (and at exit). The queue itself, a data
 //! structure that knows nothing of blocks, is src/free_queue.rs.
 
 use crate::config::FILL_FREE_BYTE;

@@ -1,4 +1,5 @@
-//! Front and rear guards (spec §3.3): written at allocation, checked at free.
+//! Front and rear guards (docs/spec/errors.md#guard-corruption): written at allocation, checked at
+//! free.
 
 use crate::config::{FRONT_GUARD_BYTE, REAR_GUARD_BYTE};
 use crate::failure;

@@ -1,5 +1,5 @@
-//! The per-allocation header of header mode (spec §2.1–§2.3) and the layout derived from the
-//! options: where the header, the guards and the user pointer sit.
+//! The per-allocation header of header mode (docs/spec/allocation.md#header-mode) and the layout
+//! derived from the options: where the header, the guards and the user pointer sit.
 //!
 //! ```text
 //! orig_pointer ── [gap: 0 for malloc/calloc/realloc, 0..align-1 for memalign]
@@ -30,7 +30,7 @@ pub const fn align_up(value: usize, align: usize) -> usize {
     (value + align - 1) & !(align - 1)
 }
 
-/// Where things are, derived once from the options (spec §1.6 steps 6 and 9).
+/// Where things are, derived once from the options (docs/spec/allocation.md#header-mode).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Layout {
     /// Header mode (a front or rear guard was asked for).

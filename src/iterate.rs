@@ -1,4 +1,5 @@
-//! malloc_iterate / malloc_disable / malloc_enable (abi §6.2–§6.3).
+//! malloc_iterate / malloc_disable / malloc_enable
+//! (docs/spec/abi.md#malloc_iterate-malloc_disable-malloc_enable).
 //!
 //! malloc_disable closes the library's gate: every other thread's allocation call waits until
 //! malloc_enable, and none is in flight meanwhile. The disabling thread stays marked (its own

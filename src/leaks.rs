@@ -1,4 +1,4 @@
-//! leak_track: at exit, one report per live allocation (spec §3.5).
+//! leak_track: at exit, one report per live allocation (docs/spec/errors.md#leak-report).
 //!
 //! With the extensions (README "Extensions") — `leak_unreachable`, `leak_suppressions` — the
 //! live blocks are first classified (unreachable/classify.rs) and matched against the

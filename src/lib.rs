@@ -3,9 +3,11 @@
 //! libc `dlopen`s this library, resolves the `debug_*` symbols and calls
 //! `debug_initialize(dispatch, zygote_child, options)`; from then on every allocation of the
 //! process comes through [`exports`]. The library lives *inside* malloc, so the shipped build is
-//! `no_std`, never allocates through the exported malloc and never unwinds (see DESIGN.md §2).
-//! Unit tests build the same modules with std.
+//! `no_std`, never allocates through the exported malloc and never unwinds (see
+//! docs/design.md#allocation-safety). Unit tests build the same modules with std.
 #![cfg_attr(not(test), no_std)]
+// Every `unsafe` block says why it is sound (the rules of docs/design.md, "Allocation safety").
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod alloc;
 mod backtrace;

@@ -1,6 +1,6 @@
-//! Output files and descriptors (DESIGN §6): buffered writes without allocation, and files that
-//! appear whole or not at all: written under a temporary name in the same directory, then
-//! renamed into place, never following a planted symlink.
+//! Output files and descriptors (docs/spec/abi.md#output-files): buffered writes without
+//! allocation, and files that appear whole or not at all: written under a temporary name in the
+//! same directory, then renamed into place, never following a planted symlink.
 //!
 //! A file has no name while it is written (O_TMPFILE) where the file system allows; temporary
 //! names are unique and unpredictable (`<name>.tmp.<16 random hex digits>`, created with

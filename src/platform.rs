@@ -134,7 +134,7 @@ unsafe fn errno_location() -> *mut c_int {
     unsafe { libc::__errno_location() }
 }
 
-/// Log priorities of the Android log (only these two are used; spec §0.1).
+/// Log priorities of the Android log (only these two are used; docs/spec/errors.md#conventions).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Priority {
     Info = 4,
@@ -188,7 +188,8 @@ pub fn abort_with_message(msg: &str) -> ! {
 }
 
 /// Android writes dumps and records under `/data/local/tmp`. A host without that directory gets
-/// the same file names under `/tmp` (DESIGN §5); explicit paths are never changed.
+/// the same file names under `/tmp` (docs/spec/abi.md#the-glibc-front); explicit paths are never
+/// changed.
 pub fn localize_default_paths(
     mut config: crate::config::Config<'static>,
 ) -> crate::config::Config<'static> {

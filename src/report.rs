@@ -1,5 +1,6 @@
 //! Queries that report on live allocations: leak info, `malloc_backtrace`, `malloc_info`, heap
-//! dumps (abi-and-dumps §4–§6, spec §9).
+//! dumps (docs/spec/abi.md#leak-info to
+//! docs/spec/abi.md#malloc_iterate-malloc_disable-malloc_enable).
 
 use crate::backtrace;
 use crate::config::bits;
@@ -23,7 +24,8 @@ pub struct LeakInfoOut<'a> {
     pub backtrace_size: &'a mut usize,
 }
 
-/// A run of adjacent sorted records with equal zygote flag, size and backtrace (abi §4.2).
+/// A run of adjacent sorted records with equal zygote flag, size and backtrace
+/// (docs/spec/abi.md#list-order-and-merging).
 struct Unique {
     first: Record,
     count: usize,
@@ -118,7 +120,7 @@ pub fn malloc_backtrace(
     if !cx.state.has(bits::BACKTRACE) || frames.is_null() {
         return 0;
     }
-    // arm64 libc hands this pointer over still tagged (abi §6.1).
+    // arm64 libc hands this pointer over still tagged (docs/spec/abi.md#malloc_backtrace).
     let pointer = untag(pointer as usize);
     let Some(info) = POINTERS.get(pointer) else {
         return 0;
@@ -144,11 +146,11 @@ fn untag(pointer: usize) -> usize {
     }
 }
 
-/// `malloc_info` with tracking on (abi §5.7): one `<allocation>` per run of adjacent entries of
-/// the sorted list with the same size, `<total>` being how many entries the run holds (not
-/// bytes). As in the reference, the zygote flag is not compared: the runs are separate unless
-/// the smallest non-zygote size equals the largest zygote size, where the sorted list puts the
-/// two side by side and they make one run.
+/// `malloc_info` with tracking on (docs/spec/abi.md#malloc_info): one `<allocation>` per run of
+/// adjacent entries of the sorted list with the same size, `<total>` being how many entries the run
+/// holds (not bytes). As in the reference, the zygote flag is not compared: the runs are separate
+/// unless the smallest non-zygote size equals the largest zygote size, where the sorted list puts
+/// the two side by side and they make one run.
 pub fn malloc_info(cx: &Entered, fp: *mut libc::FILE) -> c_int {
     let _ = cx;
     // The call succeeds: errno stays as it was (the stream calls below may set it).
@@ -174,7 +176,8 @@ pub fn malloc_info(cx: &Entered, fp: *mut libc::FILE) -> c_int {
     0
 }
 
-/// `write_malloc_leak_info(FILE*)`: the dump body on the FILE's descriptor (abi §5.1).
+/// `write_malloc_leak_info(FILE*)`: the dump body on the FILE's descriptor
+/// (docs/spec/abi.md#heap-dump).
 pub fn write_malloc_leak_info(cx: &Entered, fp: *mut libc::FILE) -> bool {
     if !cx.state.has(bits::BACKTRACE) || fp.is_null() {
         return false;
@@ -241,7 +244,7 @@ fn purge(state: &State) {
     unsafe { (state.dispatch.mallopt)(M_PURGE_ALL, 0) };
 }
 
-/// The v1.2 text format (abi §5.2).
+/// The v1.2 text format (docs/spec/abi.md#heap-dump).
 fn write_dump(state: &State, w: &mut FdWriter) {
     let snapshot = Snapshot::take();
     let records = snapshot.as_ref().map_or(&[][..], |s| s.records());

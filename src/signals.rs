@@ -1,7 +1,8 @@
-//! Signal-driven actions (spec §8). Handlers only flip atomic flags, and the work happens on the
-//! next allocation call, where the library may take locks — except the record write, which the
-//! handler does itself as the reference does (src/record/writer.rs). The table below is the single place
-//! that says which option installs which signal, in the order the verbose "Run:" lines appear.
+//! Signal-driven actions (docs/spec/options.md#signals). Handlers only flip atomic flags, and the
+//! work happens on the next allocation call, where the library may take locks — except the record
+//! write, which the handler does itself as the reference does (src/record/writer.rs). The table
+//! below is the single place that says which option installs which signal, in the order the verbose
+//! "Run:" lines appear.
 
 use crate::config::{Config, bits};
 use crate::fmt::Bytes;

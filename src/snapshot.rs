@@ -1,6 +1,6 @@
 //! A sorted copy of the live-pointer table, for leak reports, heap dumps, leak info and
-//! malloc_info (spec §9.1, abi §4.2). Copied under the table's locks into mmap'd memory, then
-//! sorted and used without holding any lock.
+//! malloc_info (docs/spec/abi.md#list-order-and-merging). Copied under the table's locks into
+//! mmap'd memory, then sorted and used without holding any lock.
 
 use crate::pages;
 use crate::tracking::{self, BACKTRACES, POINTERS};

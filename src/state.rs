@@ -69,7 +69,7 @@ pub fn native() -> Option<&'static MallocDispatch> {
     unsafe { NATIVE.load(Ordering::Acquire).as_ref() }
 }
 
-/// `debug_initialize` (spec §1.6 / abi §1.7).
+/// `debug_initialize` (docs/spec/options.md#initialization).
 ///
 /// # Safety
 /// `dispatch` must point to libc's `MallocDispatch` (either layout) valid for the process lifetime, `zygote_child`
@@ -197,8 +197,8 @@ fn asan_present() -> bool {
     unsafe { !libc::dlsym(libc::RTLD_DEFAULT, c"__asan_init".as_ptr()).is_null() }
 }
 
-/// `debug_finalize` (spec §9.9). Runs its exit-time work once; later calls do nothing.
-/// `stack_from`: where the exit report's scan of this thread's stack starts (the exported
+/// `debug_finalize` (docs/spec/abi.md#debug_finalize). Runs its exit-time work once; later calls do
+/// nothing. `stack_from`: where the exit report's scan of this thread's stack starts (the exported
 /// function's frame, see `leaks::report`).
 ///
 /// Unlike the reference, which leaves the global lock write-held forever (so any other thread

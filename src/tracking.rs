@@ -1,5 +1,5 @@
 //! Pointer tracking: the live-pointer table, the interned backtraces, and what is captured when
-//! an allocation is recorded (spec §9.1, abi §7.3–§7.4).
+//! an allocation is recorded (docs/spec/allocation.md#allocation-backtraces).
 
 use crate::backtrace::{self, BacktraceTable, Origin};
 use crate::config::bits;

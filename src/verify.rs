@@ -1,4 +1,5 @@
-//! Pointer verification for free, realloc and malloc_usable_size (spec §3.2).
+//! Pointer verification for free, realloc and malloc_usable_size
+//! (docs/spec/errors.md#pointer-verification).
 //!
 //! Unlike the reference, a pointer is looked up in the live table before anything behind it is
 //! read, and the header of an unknown pointer is read with `process_vm_readv`, which fails

@@ -3,7 +3,7 @@
 //!
 //! For each Android target the built `libc_malloc_debug.so` must: need exactly bionic's
 //! `libc.so` and `libdl.so` (not liblog: the log sink writes logd's socket itself; nothing from glibc, no `GLIBC_*` versions), be named
-//! `libc_malloc_debug.so`, export exactly the `debug_*` ABI (spec abi-and-dumps §1.5, 64-bit, plus
+//! `libc_malloc_debug.so`, export exactly the `debug_*` ABI (docs/spec/abi.md#exports, 64-bit, plus
 //! Android 9's `debug_iterate` and Android 17's `debug_reallocarray`), import only what the stub
 //! lists declare (bionic's names), and have every LOAD segment aligned for 16 KiB pages.
 //!
@@ -19,8 +19,9 @@ use std::sync::OnceLock;
 const TARGETS: &[&str] = &["x86_64-linux-android", "aarch64-linux-android"];
 const SKIPPED_STATUS: i32 = 3;
 
-/// spec abi-and-dumps §1.5, 64-bit version script, plus the Android 9 name and Android 17's
-/// `debug_reallocarray` (current-aosp §1: without it that libc runs without malloc debug).
+/// docs/spec/abi.md#exports, 64-bit version script, plus the Android 9 name and Android 17's
+/// `debug_reallocarray` (docs/spec/android-versions.md#android-17-reallocarray: without it that
+/// libc runs without malloc debug).
 const EXPORTS_64: &[&str] = &[
     "debug_aligned_alloc",
     "debug_calloc",
@@ -222,7 +223,7 @@ fn exports_exactly_the_debug_abi() {
         let missing: Vec<_> = expected.difference(&exported).collect();
         assert!(
             extra.is_empty() && missing.is_empty(),
-            "{target}: exports differ from spec §1.5 + debug_iterate + debug_reallocarray\n  unexpected: {extra:?}\n  \
+            "{target}: exports differ from docs/spec/abi.md#exports + debug_iterate + debug_reallocarray\n  unexpected: {extra:?}\n  \
              missing: {missing:?}"
         );
     }

@@ -1,4 +1,4 @@
-//! The library under real bionic, without a device: Android root filesystems (ANDROID-TESTBEDS.md)
+//! The library under real bionic, without a device: Android root filesystems (docs/android-roots.md)
 //! run with bwrap/proot by scripts/android-rootfs-run, the log captured from /dev/socket/logdw.
 //!
 //! `ANDROID_ROOTFS=/path` (an x86_64 root, e.g. Android 11 or 9) and optionally
@@ -89,7 +89,7 @@ fn root(var: &str, target: &'static str) -> Option<Root> {
     let dir = PathBuf::from(dir);
     assert!(
         dir.join("system/bin/linker64").symlink_metadata().is_ok(),
-        "{var}={} has no system/bin/linker64 (see ANDROID-TESTBEDS.md)",
+        "{var}={} has no system/bin/linker64 (see docs/android-roots.md)",
         dir.display()
     );
     Some(Root { dir, target })

@@ -1,7 +1,7 @@
-//! Leak info (abi-and-dumps §4) and the backtrace controls through the C ABI, driven the way
-//! bionic drives the library (tests/backtrace/driver.c, one scenario per process): entry layout,
-//! sort order and merging of identical call sites, the zygote bit, total_memory, the empty case,
-//! the size filters, the enable-on-signal toggle and malloc_backtrace.
+//! Leak info (docs/spec/abi.md#leak-info) and the backtrace controls through the C ABI, driven the
+//! way bionic drives the library (tests/backtrace/driver.c, one scenario per process): entry
+//! layout, sort order and merging of identical call sites, the zygote bit, total_memory, the empty
+//! case, the size filters, the enable-on-signal toggle and malloc_backtrace.
 
 mod common;
 

@@ -168,7 +168,8 @@ fn library_without_a_dispatch_entry_is_rejected() {
 }
 
 /// Android 17's libc requires debug_reallocarray; without it the library is unloaded and the
-/// program runs without malloc debug (current-aosp §1).
+/// program runs without malloc debug
+/// (docs/spec/android-versions.md#android-17-reallocarray).
 #[test]
 fn library_without_reallocarray_is_rejected() {
     assert_fake_library_refused(

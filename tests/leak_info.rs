@@ -1,4 +1,4 @@
-//! Backtrace capture, leak info (§4), malloc_backtrace (§6.1) and heap dumps (§5) driven the way
+//! Backtrace capture, leak info, malloc_backtrace and heap dumps (docs/spec/abi.md) driven the way
 //! bionic drives the library: a C driver dlopens libc_malloc_debug.so (tests/leak_info/driver.c),
 //! one scenario per process.
 

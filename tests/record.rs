@@ -96,7 +96,7 @@ fn run_with_signal_write(name: &str, mode: &str) -> (PathBuf, u32, Output, Strin
 }
 
 /// The file written at exit by process `pid`: the record file's name with `.<pid>` appended
-/// (spec §7.5).
+/// (docs/spec/abi.md#writing).
 fn exit_records(file: &Path, pid: u32) -> String {
     let path = PathBuf::from(format!("{}.{pid}", file.display()));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -311,9 +311,9 @@ fn calls_made_during_a_signal_write_are_all_recorded() {
     assert!(workers_in(&on_signal) > 0 && workers_in(&at_exit) > 0);
 }
 
-/// The handler writes the file itself (spec §7.5, §8): a program that allocates nothing after
-/// the signal — here waiting in sigsuspend() — still gets its file, whole. No /proc/self/pagemap
-/// descriptor is held (present bytes come from mincore, as on Android 17).
+/// The handler writes the file itself (docs/spec/abi.md#writing): a program that allocates nothing
+/// after the signal — here waiting in sigsuspend() — still gets its file, whole. No
+/// /proc/self/pagemap descriptor is held (present bytes come from mincore, as on Android 17).
 #[test]
 fn the_signal_writes_the_file_while_the_program_waits() {
     use std::io::BufRead;
@@ -369,7 +369,8 @@ fn the_signal_writes_the_file_while_the_program_waits() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "one file");
 }
 
-/// Checks that `line` is one whole record line (spec §7.3) and returns (tid, kind, size).
+/// Checks that `line` is one whole record line (docs/spec/abi.md#line-format) and returns (tid,
+/// kind, size).
 fn parse_record(line: &str) -> (u32, String, u64) {
     let f: Vec<&str> = line.split(' ').collect();
     let tid = f[0].strip_suffix(':').and_then(|t| t.parse().ok());
@@ -473,10 +474,10 @@ fn a_signal_storm_and_the_exit_write_lose_and_repeat_nothing() {
     }
 }
 
-/// Present bytes come from mincore() (Android 17, current-aosp §2), 2048 pages a call: the values
-/// of the pagemap method for resident and untouched pages, and when a call fails (pages of the
-/// block unmapped behind the allocator's back) `mincore failed: <strerror>` and the bytes of the
-/// calls before it — where the pagemap method said -1.
+/// Present bytes come from mincore() (docs/spec/android-versions.md#present-bytes), 2048 pages a
+/// call: the values of the pagemap method for resident and untouched pages, and when a call fails
+/// (pages of the block unmapped behind the allocator's back) `mincore failed: <strerror>` and the
+/// bytes of the calls before it — where the pagemap method said -1.
 #[test]
 fn present_bytes_come_from_mincore_with_its_partial_count() {
     let (file, options) = recording_on_exit("record-present");

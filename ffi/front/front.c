@@ -1,5 +1,6 @@
 /*
- * libmalloc_debug_front.so — the glibc front of libc_malloc_debug.so (DESIGN §5).
+ * libmalloc_debug_front.so — the glibc front of libc_malloc_debug.so
+ * (docs/spec/abi.md#the-glibc-front).
  *
  * Preloaded with LD_PRELOAD, it plays the part bionic's malloc_common_dynamic plays on Android:
  * it owns the process's malloc family, decides once whether malloc debug is wanted, loads the

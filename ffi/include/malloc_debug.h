@@ -4,7 +4,8 @@
  * libc (bionic's malloc_common_dynamic, or the glibc front in ffi/front/) dlopens the library,
  * resolves the names below with dlsym, fills a MallocDispatch with the native allocator and calls
  * debug_initialize(). From then on every allocation call of the process goes through the debug_*
- * dispatch entries. See spec/abi-and-dumps.md §1 and §2 for the exact rules.
+ * dispatch entries. See docs/spec/abi.md (#how-libc-loads-the-library,
+ * #exports, #mallocdispatch) for the exact rules.
  *
  * This header is usable from C and C++, on bionic (Android, LP64 and ILP32) and on glibc hosts.
  */

@@ -1,7 +1,7 @@
 //! What the unwinder needs to know about the CPU: DWARF register numbers of the three registers
 //! the cached walk tracks (stack pointer, frame pointer, return address), how to read them at a
 //! known point of the capturing function, and how a return address is turned into the address
-//! of its call instruction (abi §7.1).
+//! of its call instruction (docs/spec/allocation.md#allocation-backtraces).
 
 /// The registers a cached unwind rule reads and writes. `ra` holds a *return address*: the
 /// rule for a frame is looked up at `ra - 1` (inside the call instruction).
@@ -12,7 +12,8 @@ pub struct Regs {
     pub fp: usize,
 }
 
-/// How far back a return address is moved to land inside the call (abi §7.1).
+/// How far back a return address is moved to land inside the call
+/// (docs/spec/allocation.md#allocation-backtraces).
 #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
 pub const CALL_ADJUST: usize = 1;
 #[cfg(target_arch = "aarch64")]

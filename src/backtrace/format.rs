@@ -1,5 +1,6 @@
-//! The two backtrace log formats (abi §7.5 fast path, §7.6 `backtrace_full`), written from a
-//! [`Resolved`] description so tests can feed synthetic maps and symbols.
+//! The two backtrace log formats (docs/spec/errors.md#fast-format,
+//! docs/spec/errors.md#full-format), written from a [`Resolved`] description so tests can feed
+//! synthetic maps and symbols.
 
 use crate::fmt::{Bytes, StackBuf};
 use core::fmt::Write;
@@ -9,9 +10,10 @@ use core::fmt::Write;
 pub struct MapRef<'a> {
     pub name: &'a [u8],
     pub start: u64,
-    /// The map's own file offset (the `(offset 0x..)` of §7.6).
+    /// The map's own file offset (the `(offset 0x..)` of docs/spec/errors.md#full-format).
     pub offset: u64,
-    /// The ELF start offset (the `(offset 0x..)` of §7.5; non-zero for libraries inside APKs).
+    /// The ELF start offset (the `(offset 0x..)` of docs/spec/errors.md#fast-format; non-zero for
+    /// libraries inside APKs).
     pub elf_start_offset: u64,
 }
 
@@ -21,7 +23,8 @@ pub struct Resolved<'a> {
     pub map: Option<MapRef<'a>>,
     /// The absolute pc (what libunwindstack prints for a pc in no map: `backtrace_full`).
     pub pc: u64,
-    /// pc relative to its ELF file (§7.5 rules; the symbol address, or 0, without a map).
+    /// pc relative to its ELF file (docs/spec/errors.md#fast-format; the symbol address, or 0,
+    /// without a map).
     pub rel_pc: u64,
     /// `dladdr`'s file name, used when no map contains the pc.
     pub file: Option<&'a [u8]>,

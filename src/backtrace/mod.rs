@@ -1,5 +1,6 @@
-//! Backtraces: capture (abi §7.1), deduplicated storage (§7.4), log formats (§7.5, §7.6) and
-//! per-frame descriptions for heap dumps (§5.2 `bt_info`).
+//! Backtraces: capture and deduplicated storage (docs/spec/allocation.md#allocation-backtraces),
+//! log formats (docs/spec/errors.md#backtraces-in-reports) and per-frame descriptions for heap
+//! dumps (`bt_info`, docs/spec/abi.md#heap-dump).
 //!
 //! Capture runs inside malloc, before any of the library's locks: it never allocates and takes
 //! no lock except the dynamic loader's (inside `dl_iterate_phdr`, once per capture and once per
@@ -118,8 +119,8 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> usize {
     core::hint::black_box(walk::full_walk(frames))
 }
 
-/// The fast-path block (abi §7.5): ERROR records, normally one (a block longer than a log
-/// record is split at line boundaries).
+/// The fast-path block (docs/spec/errors.md#fast-format): ERROR records, normally one (a block
+/// longer than a log record is split at line boundaries).
 pub fn log_frames(frames: &[usize]) {
     symbolize::with_symbolizer(|res| {
         format::fast_block(frames, res, &mut |rec| {
@@ -128,7 +129,7 @@ pub fn log_frames(frames: &[usize]) {
     });
 }
 
-/// The `backtrace_full` format (abi §7.6): one ERROR record per frame.
+/// The `backtrace_full` format (docs/spec/errors.md#full-format): one ERROR record per frame.
 pub fn log_frames_full(frames: &[usize]) {
     symbolize::with_symbolizer(|res| {
         format::full_block(frames, res, &mut |rec| {
@@ -139,7 +140,7 @@ pub fn log_frames_full(frames: &[usize]) {
 
 const TAG: &str = "malloc_debug";
 
-/// One frame as a heap dump's `bt_info` (abi §5.2) needs it.
+/// One frame as a heap dump's `bt_info` (docs/spec/abi.md#heap-dump) needs it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FrameDescription<'a> {
     /// Map name; empty when no map contains the pc or the map is anonymous.

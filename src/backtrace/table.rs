@@ -1,5 +1,6 @@
-//! Deduplicated backtrace records (abi §7.4): one record per distinct frame vector, shared by
-//! every allocation with that vector, identified by an id that is never reused.
+//! Deduplicated backtrace records (docs/spec/allocation.md#allocation-backtraces): one record per
+//! distinct frame vector, shared by every allocation with that vector, identified by an id that is
+//! never reused.
 //!
 //! Records carry no reference count. Counting cost every allocation and every free a lock and a
 //! write to a record that all threads allocating from the same place share (10–15% of a
@@ -530,11 +531,11 @@ impl BacktraceTable {
         // backtrace signal blocked, so threads that wait for it never wait for a parked thread.
         let _slow = crate::sync::DisabledScope::enter();
         let mut shard = self.shards[s].lock();
-        // SAFETY: index members are live records.
-        if let Some(r) = shard
-            .by_frames
-            .find(hash, |r| unsafe { Record::frames(r) == frames })
-        {
+        if let Some(r) = shard.by_frames.find(hash, |r| {
+            // SAFETY: the index holds only live records, and the shard lock held here keeps
+            // them from being collected while their frames are compared.
+            unsafe { Record::frames(r) == frames }
+        }) {
             // SAFETY: live record, under the shard lock.
             return Some(unsafe { (*r).id.load(Ordering::Relaxed) });
         }

@@ -370,6 +370,7 @@ fn permanent_modules_cover_startup_code() {
 #[test]
 fn live_resolver_on_libc_symbol() {
     let pc = libc::getpid as *const () as usize + 1;
+    // SAFETY: Dl_info is plain data (pointers and integers); all zeros is a valid value.
     let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
     // SAFETY: valid out-parameter.
     assert!(unsafe { libc::dladdr(pc as *const c_void, &mut info) } != 0);
@@ -520,6 +521,8 @@ struct GccState {
 extern "C" fn gcc_trace(ctx: *mut c_void, arg: *mut c_void) -> i32 {
     // SAFETY: arg is the GccState below; ctx is libgcc's context.
     let st = unsafe { &mut *arg.cast::<GccState>() };
+    // SAFETY: get_ip is libgcc's _Unwind_GetIP, called with the context libgcc passed to this
+    // trace callback, during the walk.
     let ip = unsafe { (st.get_ip)(ctx) };
     if st.n < st.frames.len() {
         st.frames[st.n] = ip;

@@ -19,7 +19,8 @@ use super::rule::{
 };
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-/// The library's own code, skipped wherever it appears in a stack (abi §7.1). Empty until
+/// The library's own code, skipped wherever it appears in a stack
+/// (docs/spec/allocation.md#allocation-backtraces). Empty until
 /// `startup` (unit tests leave it empty so their own frames are kept).
 pub static OWN_START: AtomicUsize = AtomicUsize::new(0);
 pub static OWN_END: AtomicUsize = AtomicUsize::new(0);

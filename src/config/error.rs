@@ -1,4 +1,4 @@
-//! Option errors and their exact ERROR texts (spec §1.2, §1.3, §3.1).
+//! Option errors and their exact ERROR texts (docs/spec/errors.md#option-errors).
 
 use core::fmt::{self, Write};
 

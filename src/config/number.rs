@@ -1,5 +1,6 @@
 //! Numeric option values: `strtol(value, &end, 10)` followed by the reference's checks, in its
-//! order (spec §1.3): errno, no digits, trailing characters, negative, below min, above max.
+//! order (docs/spec/options.md#numbers): errno, no digits, trailing characters, negative, below
+//! min, above max.
 
 use super::error::ConfigError;
 use super::tokens::split_run;

@@ -1,4 +1,5 @@
-//! The option table (spec §1.4) as data, and the generic handler that applies one row.
+//! The option table (docs/spec/options.md#option-table) as data, and the generic handler that
+//! applies one row.
 //!
 //! Each row names the option (and its `bt_*` alias, if any), how its value is read, the flag bits
 //! it sets and a setter for its effect. The only per-option code is the setters; everything
@@ -380,8 +381,8 @@ fn align_up(n: usize) -> usize {
 
 /// `free_track` also turns on fill-on-free and free-time backtraces, but only where those are
 /// still at their zero defaults *when free_track is processed*: a value set earlier is kept, one
-/// set later overwrites (spec §1.5). An explicit earlier 0 for the frames cannot be told from
-/// unset, so it becomes the default too, as in the reference.
+/// set later overwrites (docs/spec/options.md#free_track). An explicit earlier 0 for the frames
+/// cannot be told from unset, so it becomes the default too, as in the reference.
 fn set_free_track(config: &mut Config<'_>, n: usize) {
     config.free_track_allocations = n;
     if config.fill_on_free_bytes == 0 {

@@ -1,4 +1,4 @@
-//! Tests of the option parser against the spec (§1, §11). Expected values are written out here
+//! Tests of the option parser against docs/spec/options.md. Expected values are written out here
 //! independently of the option table, so a wrong row fails.
 
 use super::bits::*;
@@ -501,7 +501,7 @@ fn names_are_case_sensitive_and_exact() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tokenizer (§1.1).
+// Tokenizer (docs/spec/options.md#tokens).
 
 #[test]
 fn whitespace_around_equals() {
@@ -603,7 +603,7 @@ fn non_ascii_bytes_are_printed_lossily() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Processing and failure (§1.2).
+// Processing and failure (docs/spec/options.md#unknown-names-and-failure).
 
 #[test]
 fn first_error_stops_parsing() {
@@ -639,7 +639,7 @@ fn usage_lines() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Numeric values (§1.3).
+// Numeric values (docs/spec/options.md#numbers).
 
 #[test]
 fn numeric_messages() {
@@ -743,7 +743,8 @@ fn long_limits_ilp32() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Option table and interactions (§1.4, §1.5, §11).
+// Option table and interactions (docs/spec/options.md#option-table,
+// docs/spec/options.md#interactions).
 
 #[test]
 fn initial_values() {

@@ -1,4 +1,4 @@
-//! The option-string tokenizer (spec §1.1).
+//! The option-string tokenizer (docs/spec/options.md#tokens).
 //!
 //! The rules are the reference's, including its oddities: whitespace is allowed on both sides of
 //! `=`, so `backtrace= fill` hands `fill` to `backtrace`; a token starting with `=` has an empty

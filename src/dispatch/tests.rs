@@ -3,7 +3,8 @@
 use super::layout::{self, Field, TableLayout};
 use super::*;
 
-/// current-aosp §1 (Android 17) and abi-and-dumps §2.1 (classic), offsets in bytes.
+/// docs/spec/abi.md#mallocdispatch (both layouts; Android 17:
+/// docs/spec/android-versions.md#android-17-reallocarray), offsets in bytes.
 #[test]
 fn offsets_match_the_spec_for_both_pointer_widths() {
     use Field::*;

@@ -1,5 +1,5 @@
-//! The log sink (DESIGN §5, spec §0.1; docs/logging.md). One call is one log record with tag
-//! `malloc_debug`.
+//! The log sink (docs/spec/errors.md#conventions, docs/logging.md). One call is one log record with
+//! tag `malloc_debug`.
 //!
 //! Android: one datagram per record straight to logd (`logd`), falling back to stderr only when
 //! there is no logd. Host: stderr in logcat's "threadtime" layout (`host`): every line of a
@@ -64,7 +64,7 @@ macro_rules! log_info {
 }
 pub(crate) use {log_error, log_info};
 
-/// The divider line that brackets error reports (spec §0.1).
+/// The divider line that brackets error reports (docs/spec/errors.md#conventions).
 pub const DIVIDER: &str = "*** *** *** *** *** *** *** *** *** *** *** *** *** *** *** ***";
 
 #[cfg(test)]

@@ -23,6 +23,8 @@ fn all(t: &PointerTable) -> Vec<(usize, Info)> {
 /// Recomputes every overflow count from where the entries are and compares (single-threaded).
 fn check_overflow_counts(t: &PointerTable) {
     for s in &t.shards {
+        // SAFETY: a shard's table pointer is null or a live table; single-threaded here, so
+        // nothing retires it while it is read.
         let Some(table) = (unsafe { s.table.load(Ordering::SeqCst).as_ref() }) else {
             continue;
         };
@@ -120,6 +122,8 @@ fn keys_are_stored_mangled() {
     t.add(0x1000, info(1));
     let mut keys = Vec::new();
     for s in &t.shards {
+        // SAFETY: a shard's table pointer is null or a live table; this test is the only
+        // thread using `t`, so nothing retires it while it is read.
         if let Some(table) = unsafe { s.table.load(Ordering::SeqCst).as_ref() } {
             table.for_each(|k, _| keys.push(k));
         }

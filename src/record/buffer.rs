@@ -1,6 +1,7 @@
 //! The entry ring: fixed capacity, mapped once at start-up (untouched pages cost nothing), and
-//! lock-free on both sides, so that the writer may run inside the SIGRTMAX-18 handler (spec
-//! §7.5) while other threads — or the very thread it interrupted — are half-way through a call.
+//! lock-free on both sides, so that the writer may run inside the SIGRTMAX-18 handler
+//! (docs/spec/abi.md#writing) while other threads — or the very thread it interrupted — are
+//! half-way through a call.
 //!
 //! Every call takes a *ticket* (a 64-bit count that never wraps in practice) by a compare-and-swap
 //! on `next`; ticket `t` lives in slot `t % capacity`. `low` is the first ticket not yet consumed

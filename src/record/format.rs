@@ -1,7 +1,7 @@
-//! The record file (spec §7.3, §7.5): one text line per published entry, written whole under a
-//! temporary name and renamed into place (src/output.rs). Runs in the SIGRTMAX-18 handler, so it
-//! allocates nothing, takes no lock and keeps its stack small; `super::writer` lets one write
-//! run at a time.
+//! The record file (docs/spec/abi.md#line-format, docs/spec/abi.md#writing): one text line per
+//! published entry, written whole under a temporary name and renamed into place (src/output.rs).
+//! Runs in the SIGRTMAX-18 handler, so it allocates nothing, takes no lock and keeps its stack
+//! small; `super::writer` lets one write run at a time.
 
 use super::buffer::{BUFFER, Entry, Kind, kind_of};
 use crate::errors::strerror;
@@ -23,8 +23,8 @@ pub enum Outcome {
 }
 
 /// Writes the pending entries to `file` followed by `suffix`. A file that cannot be created or
-/// put in place, or whose writes fail, leaves its entries for a later write (spec §7.5); so do
-/// entries still being filled by their calls.
+/// put in place, or whose writes fail, leaves its entries for a later write
+/// (docs/spec/abi.md#writing); so do entries still being filled by their calls.
 #[inline(never)]
 pub fn write_file(file: &[u8], suffix: &[u8]) -> Outcome {
     let batch = BUFFER.pending();
@@ -56,7 +56,7 @@ pub fn write_file(file: &[u8], suffix: &[u8]) -> Outcome {
     }
 }
 
-/// Logs a write's outcome with the reference's messages (spec §7.5).
+/// Logs a write's outcome with the reference's messages (docs/spec/abi.md#writing).
 #[inline(never)]
 pub fn report(outcome: Outcome, file: &[u8], suffix: &[u8]) {
     match outcome {

@@ -1,6 +1,6 @@
-//! record_allocs (spec §7): one entry per allocation call in a preallocated ring, written out
-//! as text on SIGRTMAX-18 — inside the signal handler, as the reference does (spec §7.5, §8) —
-//! and, with record_allocs_on_exit, at exit.
+//! record_allocs (docs/spec/abi.md#record_allocs-files): one entry per allocation call in a
+//! preallocated ring, written out as text on SIGRTMAX-18 — inside the signal handler, as the
+//! reference does (docs/spec/abi.md#writing) — and, with record_allocs_on_exit, at exit.
 //!
 //! Appending is lock-free (`buffer.rs`): a compare-and-swap on the shared ticket count before
 //! the operation (so the file keeps the order in which calls started) and one release store of
@@ -67,7 +67,7 @@ fn begin_recording(_state: &State) -> Option<Pending> {
     })
 }
 
-/// Present bytes of `pointer`'s block before a free or realloc (spec §7.4).
+/// Present bytes of `pointer`'s block before a free or realloc (docs/spec/abi.md#present-bytes).
 pub fn present_bytes(state: &State, pointer: usize) -> i64 {
     if pointer == 0 {
         return -1;
@@ -83,7 +83,7 @@ pub fn present_bytes(state: &State, pointer: usize) -> i64 {
     present::bytes(pointer, len, read)
 }
 
-/// What a finished call records (spec §7.2).
+/// What a finished call records (docs/spec/abi.md#what-each-call-records).
 pub struct Done {
     pub kind: Kind,
     pub ptr: usize,

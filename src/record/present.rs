@@ -1,4 +1,5 @@
-//! Present bytes (spec §7.4, as amended by current AOSP: docs/performance.md, "record_allocs"):
+//! Present bytes (docs/spec/abi.md#present-bytes, as amended by current AOSP:
+//! docs/spec/android-versions.md#present-bytes):
 //! how much of a block lies in resident pages, asked of the kernel with `mincore()` — up to
 //! 2048 pages a call, as Android 17 does — instead of reading /proc/self/pagemap, so no
 //! descriptor is kept open (and none goes stale in a fork child).
@@ -8,7 +9,7 @@
 //! version returned -1): the pages of the earlier calls, none of the failing one.
 //!
 //! A system call costs about as much as the rest of a recorded free together, so most blocks are
-//! answered without one, exactly (docs/performance.md, "record_allocs: present bytes"): the
+//! answered without one, exactly (docs/performance.md, "Seventh session"): the
 //! size lookup that precedes the measurement — the reference's as well as ours — has just read
 //! the header in front of the block. When that header lies in the block's first page, the page
 //! is resident now (a swapped-out page was faulted back in by the read; a never-written one

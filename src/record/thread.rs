@@ -1,6 +1,7 @@
 //! Per-thread state of record_allocs in one pthread key: the thread id (gettid is a system call;
 //! the key is read on every record anyway) and the destructor round, so that `thread_done` is
-//! recorded as late as possible in thread teardown (spec §7.2): the destructor re-arms itself
+//! recorded as late as possible in thread teardown
+//! (docs/spec/abi.md#what-each-call-records): the destructor re-arms itself
 //! until its fourth call (PTHREAD_DESTRUCTOR_ITERATIONS) and records then.
 
 use super::buffer::{BUFFER, Entry, Kind};

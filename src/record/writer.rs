@@ -1,4 +1,4 @@
-//! One record write at a time, without ever waiting in a signal handler (spec §7.5, §8).
+//! One record write at a time, without ever waiting in a signal handler (docs/spec/abi.md#writing).
 //!
 //! The SIGRTMAX-18 handler writes the file itself, on whichever thread the signal lands. Two
 //! writes at once (signals on two threads, a signal during the exit write) must not interleave:
@@ -57,9 +57,10 @@ pub fn on_signal() {
     platform::set_errno(saved_errno);
 }
 
-/// At exit with record_allocs_on_exit: `<record file>.<pid>` (spec §7.5). Waits for a signal
-/// writer on another thread; a write this thread was doing when it was interrupted (a handler
-/// that calls exit) will never finish, so the exit write is skipped rather than waiting for it.
+/// At exit with record_allocs_on_exit: `<record file>.<pid>` (docs/spec/abi.md#writing). Waits for
+/// a signal writer on another thread; a write this thread was doing when it was interrupted (a
+/// handler that calls exit) will never finish, so the exit write is skipped rather than waiting for
+/// it.
 pub fn write_at_exit(state: &State) {
     let tid = platform::gettid();
     while !try_own(tid) {

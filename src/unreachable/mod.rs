@@ -1,9 +1,10 @@
-//! check_unreachable_on_signal (spec §8): after SIGRTMAX-16, the next call into the library
-//! looks for heap blocks that nothing references any more, and logs them in the layout of
-//! libmemunreachable's `LogUnreachableMemory` (which the reference calls). The walk itself runs
-//! in a forked child (scan.rs) so the process is stopped only for the fork; the calling thread
-//! waits for the child's answer on a pipe. The child also lists the live blocks (`live_blocks`),
-//! from the table it inherited: list and memory image are of the same instant.
+//! check_unreachable_on_signal (docs/spec/options.md#check_unreachable_on_signal): after
+//! SIGRTMAX-16, the next call into the library looks for heap blocks that nothing references any
+//! more, and logs them in the layout of libmemunreachable's `LogUnreachableMemory` (which the
+//! reference calls). The walk itself runs in a forked child (scan.rs) so the process is stopped
+//! only for the fork; the calling thread waits for the child's answer on a pipe. The child also
+//! lists the live blocks (`live_blocks`), from the table it inherited: list and memory image are of
+//! the same instant.
 
 pub mod classify;
 mod report;

@@ -12,7 +12,8 @@ static void count_if_live(uintptr_t base, size_t size, void* arg) {
   if (base == s->wanted && size >= 24) s->found++;
 }
 
-// Every entry point in pass-through form, with the size and errno rules of the spec (§4).
+// Every entry point in pass-through form, with the size and errno rules of
+// docs/spec/allocation.md#size-limits-and-errno.
 static void surface(void) {
   void* p = d_malloc(0);
   CHECK(p != NULL && d_malloc_usable_size(p) >= 1);
@@ -140,7 +141,8 @@ static void finalize_while_allocating(void) {
   printf("finalize ok\n");
 }
 
-// reallocarray (Android 17's entry) with the spec's rules (current-aosp §1): n * size bytes
+// reallocarray (Android 17's entry) with the rules of
+// docs/spec/android-versions.md#android-17-reallocarray: n * size bytes
 // through realloc, ENOMEM when the product overflows, errno kept on success; with a backtrace
 // option the first frame is the caller's, not the library's.
 static void reallocarray_semantics(const char* options) {

@@ -78,7 +78,7 @@ static void leak_info(void) {
   // Different call sites never share a record.
   CHECK(memcmp(entry_frames(&l, 0), entry_frames(&l, 1), sizeof(uintptr_t) * FRAMES) != 0);
 
-  // malloc_backtrace (§6.1) returns the recorded frames.
+  // malloc_backtrace (docs/spec/abi.md#malloc_backtrace) returns the recorded frames.
   uintptr_t f0[FRAMES], f1[FRAMES], fb[FRAMES];
   ssize_t n0 = d_malloc_backtrace(a[0], f0, FRAMES);
   ssize_t n1 = d_malloc_backtrace(a[2], f1, FRAMES);
@@ -101,7 +101,8 @@ static void leak_info(void) {
   CHECK(l.info == NULL && l.overall == 0 && l.info_size == 0 && l.total == 0 && l.bt_size == 0);
 }
 
-// Only adjacent equal elements merge (§4.2): two stacks of equal size and depth interleave.
+// Only adjacent equal elements merge (docs/spec/abi.md#list-order-and-merging): two stacks of equal
+// size and depth interleave.
 static void adjacency(void) {
   void* p[8];
   for (volatile int i = 0; i < 8; i++) p[i] = (i & 1) ? site_b(64) : site_a(64);

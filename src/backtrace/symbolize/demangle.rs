@@ -1,5 +1,5 @@
-//! Demangling as current AOSP does it (README "Differences from the reference"; current-aosp
-//! §3): names starting with `_Z` go through the process's `__cxa_demangle`, names starting with
+//! Demangling as current AOSP does it (docs/spec/android-versions.md#demangling; README.md,
+//! "Differences from the reference"): names starting with `_Z` go through the process's `__cxa_demangle`, names starting with
 //! `_R` (Rust v0 mangling) through the `rustc-demangle` crate in its alternate form (no
 //! crate hashes), as libunwindstack's rustc-demangle C API prints them; any other name is
 //! printed as is.

@@ -488,9 +488,12 @@ mod tests {
     #[test]
     fn dynsym_search_agrees_with_dladdr() {
         let pc = libc::getpid as *const () as usize;
+        // SAFETY: Dl_info is plain data (pointers and integers); all zeros is a valid value.
         let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
         // SAFETY: valid out-parameter.
         assert!(unsafe { libc::dladdr(pc as *const _, &mut info) } != 0);
+        // SAFETY: dladdr succeeded, so dli_fname is the loader's NUL-terminated file name, which
+        // lives as long as the module (the C library, never unloaded).
         let path = unsafe { crate::fmt::c_str_bytes(info.dli_fname) };
         let base = info.dli_fbase as usize;
         let m = ModuleSymbols::open(path).expect("libc");
@@ -502,6 +505,7 @@ mod tests {
         ] {
             for delta in [0usize, 1, 7, 40] {
                 let pc = f + delta;
+                // SAFETY: Dl_info is plain data; all zeros is a valid value.
                 let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
                 // SAFETY: valid out-parameter.
                 unsafe { libc::dladdr(pc as *const _, &mut info) };

@@ -1,5 +1,6 @@
 //! Symbolization: turning captured pcs into map names, relative pcs and function names for the
-//! log formats (abi §7.5, §7.6) and heap dumps' `bt_info` (§5.2). Capture and unwinding live in
+//! log formats (docs/spec/errors.md#backtraces-in-reports) and heap dumps' `bt_info`
+//! (docs/spec/abi.md#heap-dump). Capture and unwinding live in
 //! the parent module; this one runs only on report paths.
 //!
 //! The model (docs/performance.md, "Symbolization"): a [`Symbolizer`] reads /proc/self/maps once

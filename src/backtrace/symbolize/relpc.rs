@@ -1,7 +1,8 @@
-//! The pc relative to its ELF file (abi §7.5, the reference's CalculateRelPc), computed from the
-//! ELF header found at a map's start. The header is read with `process_vm_readv`, which fails
-//! cleanly when the memory is gone: a map listed by an older read of /proc/self/maps may belong
-//! to a module unloaded since (issue 20.2: a heap dump after `dlclose` read a freed mapping).
+//! The pc relative to its ELF file (docs/spec/errors.md#fast-format, the reference's
+//! CalculateRelPc), computed from the ELF header found at a map's start. The header is read with
+//! `process_vm_readv`, which fails cleanly when the memory is gone: a map listed by an older read
+//! of /proc/self/maps may belong to a module unloaded since (issue 20.2: a heap dump after
+//! `dlclose` read a freed mapping).
 
 use crate::backtrace::maps::{MapLine, Maps, PROT_EXEC, PROT_READ};
 

@@ -404,7 +404,8 @@ fn dump(adb: &Adb, pid: u32, out: &Path, app: bool, prefix: &str, wait: u32) -> 
     let pid = pid.to_string();
     let out_str = out.to_string_lossy();
     if app {
-        // ActivityThread writes it through debug_write_malloc_leak_info (spec §8.1); older
+        // ActivityThread writes it through debug_write_malloc_leak_info
+        // (docs/spec/abi.md#how-libc-loads-the-library); older
         // releases return from `am dumpheap` before the app has finished writing.
         let remote = format!("/data/local/tmp/malloc-debug-heap.{pid}.txt");
         adb.shell(&["am", "dumpheap", "-n", &pid, &remote])?;

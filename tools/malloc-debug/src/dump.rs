@@ -1,6 +1,6 @@
-//! Reader of the heap dump text format (spec abi-and-dumps §5): v1.2 as written by this library
-//! and current bionic, and the older v1.0 (Android N/O) and v1.1 (API 28) dumps that devices
-//! produce. Differences handled here:
+//! Reader of the heap dump text format (docs/spec/abi.md#heap-dump): v1.2 as written by this
+//! library and current bionic, and the older v1.0 (Android N/O) and v1.1 (API 28) dumps that
+//! devices produce. Differences handled here:
 //! - v1.2 has a `Build fingerprint: '…'` line (and blank line) after the header; v1.0/v1.1 do not
 //!   (it is accepted anywhere in the header block of any version);
 //! - v1.0/v1.1 print frames zero-padded, v1.2 unpadded (both are plain hex here);
@@ -340,7 +340,7 @@ fn parse_record(line: &str) -> std::result::Result<Record, String> {
     })
 }
 
-/// ` {"map" relpc "function" offset}...` (spec abi-and-dumps §5.2).
+/// ` {"map" relpc "function" offset}...` (docs/spec/abi.md#heap-dump).
 fn parse_bt_info(mut s: &str) -> std::result::Result<Vec<FrameInfo>, String> {
     const SHAPE: &str = "'bt_info' frames ' {\"<map>\" <hex pc> \"<function>\" <hex offset>}'";
     fn quoted(s: &str) -> Option<(String, &str)> {

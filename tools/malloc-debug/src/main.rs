@@ -2,6 +2,8 @@
 //! dumps (ours or a device's `am dumpheap -n`) into symbolized text/HTML/flamegraph/pprof reports,
 //! diffs two dumps, summarises record_allocs files, and drives adb for device set-up.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod args;
 mod cli;
 mod device;

@@ -1,4 +1,5 @@
-//! `malloc-debug records FILE`: summary of a record_allocs file (spec options-and-errors §7.3):
+//! `malloc-debug records FILE`: summary of a record_allocs file
+//! (docs/spec/abi.md#line-format):
 //! calls per type and per thread, peak live bytes, the most requested sizes, and how long
 //! allocations lived.
 //!

@@ -1,5 +1,5 @@
 //! `malloc-debug records FILE` on hand-written files in the exact format of spec
-//! options-and-errors §7.3 (every line shape, with and without timestamps/present bytes).
+//! docs/spec/abi.md#line-format (every line shape, with and without timestamps/present bytes).
 
 mod common;
 use common::*;
