@@ -589,3 +589,6 @@ pub fn malloc_usable_size(cx: &Entered, pointer: *const c_void) -> usize {
     }
     usable_size(cx.state, pointer as usize)
 }
+
+#[cfg(test)]
+mod tests;

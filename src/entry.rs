@@ -59,6 +59,18 @@ fn enter_with(mark: fn() -> DisabledScope) -> Option<Entered> {
     Some(entered)
 }
 
+/// An entered call on `state` for in-process unit tests (the thread is not marked; the gate
+/// is held as in a real call).
+#[cfg(test)]
+pub fn enter_for_test(state: &'static State) -> Entered {
+    Entered {
+        state,
+        origin: Origin::here(),
+        _disabled: DisabledScope::unmarked(),
+        _gate: sync::GATE.enter(),
+    }
+}
+
 /// Enters the gate only, without marking the thread (malloc_iterate: the callback is the
 /// caller's code and may legitimately allocate). The thread that closed the gate with
 /// `malloc_disable` passes without it (`None` guard).

@@ -38,6 +38,21 @@ impl State {
     pub fn has(&self, bit: u64) -> bool {
         self.config.has(bit)
     }
+
+    /// A state for in-process unit tests of the layers below the lifecycle: `options` parsed
+    /// with the host allocator behind it, nothing global set up (no table, queue or signal).
+    #[cfg(test)]
+    pub fn for_test(options: &'static str) -> &'static State {
+        static NOT_ZYGOTE: u8 = 0;
+        let config = Config::parse(options.as_bytes()).unwrap_or_else(|_| panic!("{options}"));
+        std::boxed::Box::leak(std::boxed::Box::new(State {
+            dispatch: std::boxed::Box::leak(std::boxed::Box::new(crate::dispatch::host_for_test())),
+            zygote_child: &NOT_ZYGOTE,
+            config,
+            layout: Layout::new(&config),
+            plan: crate::plan::Plan::new(&config),
+        }))
+    }
 }
 
 struct StateCell(UnsafeCell<MaybeUninit<State>>);
