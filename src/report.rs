@@ -329,3 +329,6 @@ fn copy_file(path: &[u8], w: &mut FdWriter) -> bool {
     unsafe { libc::close(fd) };
     true
 }
+
+#[cfg(test)]
+mod tests;
