@@ -87,7 +87,7 @@ extern "C" fn report_tests_named_function() -> usize {
 
 #[test]
 fn bt_info_names_the_map_the_function_and_the_offsets() {
-    let pc = report_tests_named_function as usize + 4;
+    let pc = report_tests_named_function as *const () as usize + 4;
     let text = written(|w| write_bt_info(w, &[pc, 0]));
     let exe = std::env::current_exe().unwrap();
     let fields: Vec<&str> = text.trim_end().split(['{', '}']).collect();
