@@ -24,11 +24,19 @@ pub struct Freed {
     filled: usize,
     /// Frames of the free-time backtrace held in the entry's row of the frame area.
     frame_count: usize,
+    /// The block's allocation backtrace (an interned id, or `tracking::BT_OFF`/`BT_EMPTY`),
+    /// for the `error_backtraces` extension; kept alive by collections while queued
+    /// (src/error_context.rs).
+    alloc_backtrace: u32,
 }
 
 impl Freed {
     pub fn pointer(&self) -> usize {
         self.mangled ^ usize::MAX
+    }
+
+    pub fn alloc_backtrace(&self) -> u32 {
+        self.alloc_backtrace
     }
 }
 
@@ -154,9 +162,15 @@ impl FreeQueue {
     }
 
     /// Appends a freed block whose first `filled` bytes hold 0xef and whose free-time frames
-    /// are in `trace`. When the slot it takes held a block, that block leaves, and its frames
-    /// take the new ones' place in `trace`.
-    pub fn push(&self, pointer: usize, filled: usize, trace: &mut FrameBuffer) -> Pushed {
+    /// are in `trace` (`alloc_backtrace`: its allocation backtrace's id). When the slot it takes
+    /// held a block, that block leaves, and its frames take the new ones' place in `trace`.
+    pub fn push(
+        &self,
+        pointer: usize,
+        filled: usize,
+        alloc_backtrace: u32,
+        trace: &mut FrameBuffer,
+    ) -> Pushed {
         let capacity = self.capacity.load(Ordering::Acquire);
         if capacity == 0 {
             return Pushed::Unmapped;
@@ -165,6 +179,7 @@ impl FreeQueue {
             mangled: pointer ^ usize::MAX,
             filled,
             frame_count: 0,
+            alloc_backtrace,
         };
         for _ in 0..CLAIM_TRIES {
             let i = self.claim(capacity);
@@ -258,7 +273,7 @@ pub fn verify(state: &State, entry: &Freed, frames: &[usize]) -> bool {
         let tag =
             unsafe { core::ptr::addr_of!((*state.layout.header_of(pointer)).tag).read_unaligned() };
         if tag != DEBUG_FREE_TAG {
-            report_corrupted_tag(state, pointer, tag);
+            report_corrupted_tag(state, entry, tag);
             return false;
         }
     }
@@ -276,15 +291,15 @@ pub fn verify(state: &State, entry: &Freed, frames: &[usize]) -> bool {
 // multi-kilobyte stack frame.
 #[cold]
 #[inline(never)]
-fn report_corrupted_tag(state: &State, pointer: usize, tag: u32) {
+fn report_corrupted_tag(state: &State, entry: &Freed, tag: u32) {
     let _foreign = crate::sync::DisabledScope::enter();
     failure::divider();
     log_error!(
         "+++ ALLOCATION 0x{:x} HAS CORRUPTED HEADER TAG 0x{:x} AFTER FREE",
-        pointer,
+        entry.pointer(),
         tag
     );
-    failure::end_report(state);
+    failure::end_report_of(state, entry.pointer(), entry.alloc_backtrace);
 }
 
 #[cold]
@@ -309,7 +324,7 @@ fn report_used_after_free(state: &State, entry: &Freed, bytes: &[u8], frames: &[
         log_error!("Backtrace at time of free:");
         failure::log_backtrace_or_failure(state, frames);
     }
-    failure::end_report(state);
+    failure::end_report_of(state, entry.pointer(), entry.alloc_backtrace);
 }
 
 /// Verifies an evicted entry and gives its memory back to the native allocator.
@@ -351,21 +366,24 @@ mod tests {
         let queue = FreeQueue::new();
         assert!(queue.init(2, 4));
         let mut t = trace(&[1, 2, 3, 4]);
-        assert!(matches!(queue.push(0x1000, 10, &mut t), Pushed::Queued));
+        assert!(matches!(queue.push(0x1000, 10, 2, &mut t), Pushed::Queued));
         let mut t = trace(&[5, 6]);
-        assert!(matches!(queue.push(0x2000, 20, &mut t), Pushed::Queued));
+        assert!(matches!(queue.push(0x2000, 20, 3, &mut t), Pushed::Queued));
         // Full: the first entry leaves with its four frames; the new one has none.
         let mut t = trace(&[]);
-        match queue.push(0x3000, 30, &mut t) {
+        match queue.push(0x3000, 30, 4, &mut t) {
             Pushed::Evicted(e) => {
-                assert_eq!((e.pointer(), e.filled), (0x1000, 10));
+                assert_eq!(
+                    (e.pointer(), e.filled, e.alloc_backtrace()),
+                    (0x1000, 10, 2)
+                );
                 assert_eq!(t.frames(), [1, 2, 3, 4]);
             }
             _ => panic!("the queue was full"),
         }
         // Longer frames than the slot holds are cut to the configured count.
         let mut t = trace(&[7, 8, 9, 10, 11, 12]);
-        match queue.push(0x4000, 40, &mut t) {
+        match queue.push(0x4000, 40, 5, &mut t) {
             Pushed::Evicted(e) => {
                 assert_eq!(e.pointer(), 0x2000);
                 assert_eq!(t.frames(), [5, 6]);
@@ -387,7 +405,7 @@ mod tests {
     fn an_unmapped_queue_hands_blocks_back() {
         let queue = FreeQueue::new();
         assert!(matches!(
-            queue.push(0x1000, 1, &mut trace(&[1])),
+            queue.push(0x1000, 1, 2, &mut trace(&[1])),
             Pushed::Unmapped
         ));
     }

@@ -334,6 +334,11 @@ const FLAG_CASES: &[FlagCase] = &[
         effect: |c| c.leak_unreachable && c.fill_on_free_bytes == usize::MAX,
     },
     FlagCase {
+        names: &["error_backtraces"],
+        bits: 0,
+        effect: |c| c.error_backtraces,
+    },
+    FlagCase {
         names: &["record_allocs_on_exit"],
         bits: 0,
         effect: |c| c.record_allocs_on_exit,
@@ -403,6 +408,7 @@ fn initial_with_effect(config: &Config<'_>) -> Config<'static> {
         backtrace_dump_on_exit: config.backtrace_dump_on_exit,
         record_allocs_on_exit: config.record_allocs_on_exit,
         leak_unreachable: config.leak_unreachable,
+        error_backtraces: config.error_backtraces,
         fill_on_free_bytes: config.fill_on_free_bytes,
         ..Config::INITIAL
     }
