@@ -328,16 +328,18 @@ pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, siz
 // ---------------------------------------------------------------------------------------------
 // free / realloc / malloc_usable_size
 
-/// The internal free shared by free and realloc (docs/spec/allocation.md#free, steps 3-5), for a block already out of
-/// the live table (the deferred signal work ran before it left: see `free`).
-fn free_untracked(cx: &Entered, pointer: usize) {
+/// The internal free shared by free and realloc (docs/spec/allocation.md#free, steps 3-5), for
+/// a block already out of the live table (the deferred signal work ran before it left: see
+/// `free`). `alloc_backtrace`: the id of its allocation backtrace, for error reports
+/// (src/error_context.rs).
+fn free_untracked(cx: &Entered, pointer: usize, alloc_backtrace: u32) {
     let state = cx.state;
     let d = state.dispatch;
     // Without a header, the usable size costs a native call: ask only when something needs it.
     let needs_bytes = state.plan.free_needs_usable_size();
     let (bytes, orig) = if state.layout.header {
         let h = header(state, pointer);
-        guard::check(state, pointer, h.size);
+        guard::check(state, pointer, h.size, alloc_backtrace);
         // SAFETY: header of a verified live block.
         unsafe {
             core::ptr::addr_of_mut!((*header_mut(state, pointer)).tag)
@@ -362,7 +364,7 @@ fn free_untracked(cx: &Entered, pointer: usize) {
         );
     }
     if state.plan.hold_freed {
-        queue_freed(cx, pointer, bytes);
+        queue_freed(cx, pointer, bytes, alloc_backtrace);
     } else {
         // SAFETY: the block's native start, freed once.
         unsafe { (d.free)(orig as *mut c_void) };
@@ -372,7 +374,7 @@ fn free_untracked(cx: &Entered, pointer: usize) {
 /// free_track: the block (already filled) joins the queue with its free-time backtrace, and
 /// the oldest queued block leaves when the queue is full. Out of line, as `capture_interned`.
 #[inline(never)]
-fn queue_freed(cx: &Entered, pointer: usize, bytes: usize) {
+fn queue_freed(cx: &Entered, pointer: usize, bytes: usize, alloc_backtrace: u32) {
     let state = cx.state;
     let mut trace = tracking::FrameBuffer::new();
     if state.plan.free_frames > 0 {
@@ -382,6 +384,7 @@ fn queue_freed(cx: &Entered, pointer: usize, bytes: usize) {
         state,
         pointer,
         bytes.min(state.plan.fill_on_free),
+        alloc_backtrace,
         trace.frames(),
     );
 }
@@ -392,15 +395,16 @@ pub fn free(cx: &Entered, pointer: *mut c_void) {
     // Before the block leaves the table, as the reference does: a heap dump the signal asked
     // for still lists the block being freed.
     crate::deferred::on_internal_malloc_or_free(state);
-    if verify::check_and_untrack(state, pointer, "free").is_none() {
+    let Some(removed) = verify::check_and_untrack(state, pointer, "free") else {
         return;
-    }
+    };
+    let alloc_backtrace = removed.map_or(tracking::BT_OFF, |r| r.backtrace_id());
     // Recorded only once verified, with the block's present bytes from before the free.
     let Some(pending) = record::begin(state) else {
-        return free_untracked(cx, pointer);
+        return free_untracked(cx, pointer, alloc_backtrace);
     };
     let present = record::present_bytes(state, pointer);
-    free_untracked(cx, pointer);
+    free_untracked(cx, pointer, alloc_backtrace);
     pending.finish(record::Done {
         kind: record::Kind::Free,
         ptr: pointer,
@@ -517,7 +521,8 @@ impl Untracked {
 
     /// The block is freed (moved or realloc to 0).
     fn free(self, cx: &Entered) {
-        free_untracked(cx, self.pointer);
+        let alloc_backtrace = self.record.map_or(tracking::BT_OFF, |r| r.backtrace_id());
+        free_untracked(cx, self.pointer, alloc_backtrace);
     }
 }
 

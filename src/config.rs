@@ -135,6 +135,8 @@ pub struct Config<'a> {
     pub log_file: &'a [u8],
     /// `error_marker_file=FILE`: a line is appended when an error or a leak is reported.
     pub error_marker_file: &'a [u8],
+    /// `error_backtraces`: error reports end with the block's allocation backtrace.
+    pub error_backtraces: bool,
 }
 
 impl Config<'static> {
@@ -167,6 +169,7 @@ impl Config<'static> {
         leak_suppressions: b"",
         log_file: b"",
         error_marker_file: b"",
+        error_backtraces: false,
     };
 }
 

@@ -39,9 +39,13 @@ pub fn log_interned_backtrace(state: &State, id: u32) {
     }
 }
 
-/// Ends an error report: closing divider, then abort if the options say so.
-pub fn end_report(state: &State) {
+/// Ends an error report about the block at `pointer`, whose allocation backtrace is
+/// `alloc_backtrace` (an interned id, or `tracking::BT_OFF`/`BT_EMPTY`): closing divider, the
+/// `error_backtraces` extension's lines (src/error_context.rs), then abort if the options say
+/// so.
+pub fn end_report_of(state: &State, pointer: usize, alloc_backtrace: u32) {
     divider();
+    crate::error_context::log_allocation(state, pointer, alloc_backtrace);
     crate::error_marker::error_reported(state);
     abort_if_configured(state);
 }

@@ -21,11 +21,19 @@ pub struct Freed {
     /// Bytes filled with 0xef at free: what must still hold 0xef when the block leaves. Kept
     /// here so that leaving costs no `malloc_usable_size` on cold memory.
     filled: usize,
+    /// The block's allocation backtrace (an interned id, or `tracking::BT_OFF`/`BT_EMPTY`),
+    /// for the `error_backtraces` extension; kept alive by collections while queued
+    /// (src/error_context.rs).
+    alloc_backtrace: u32,
 }
 
 impl Freed {
     pub fn pointer(&self) -> usize {
         self.mangled ^ usize::MAX
+    }
+
+    pub fn alloc_backtrace(&self) -> u32 {
+        self.alloc_backtrace
     }
 }
 
@@ -34,11 +42,13 @@ impl Freed {
 pub static FREE_QUEUE: FreeQueue<Freed> = FreeQueue::new();
 
 /// Holds a freed block (already filled with 0xef over its first `filled` bytes) with its
-/// free-time frames; the blocks that leave to make room are checked and given back.
-pub fn hold(state: &State, pointer: usize, filled: usize, frames: &[usize]) {
+/// allocation backtrace's id and its free-time frames; the blocks that leave to make room are
+/// checked and given back.
+pub fn hold(state: &State, pointer: usize, filled: usize, alloc_backtrace: u32, frames: &[usize]) {
     let entry = Freed {
         mangled: pointer ^ usize::MAX,
         filled,
+        alloc_backtrace,
     };
     FREE_QUEUE.push(entry, frames, |leaving, frames| {
         retire(state, leaving, frames)
@@ -70,7 +80,7 @@ pub fn verify(state: &State, entry: &Freed, frames: &[usize]) -> bool {
         let tag =
             unsafe { core::ptr::addr_of!((*state.layout.header_of(pointer)).tag).read_unaligned() };
         if tag != DEBUG_FREE_TAG {
-            report_corrupted_tag(state, pointer, tag);
+            report_corrupted_tag(state, entry, tag);
             return false;
         }
     }
@@ -88,15 +98,15 @@ pub fn verify(state: &State, entry: &Freed, frames: &[usize]) -> bool {
 // multi-kilobyte stack frame.
 #[cold]
 #[inline(never)]
-fn report_corrupted_tag(state: &State, pointer: usize, tag: u32) {
+fn report_corrupted_tag(state: &State, entry: &Freed, tag: u32) {
     let _foreign = crate::sync::DisabledScope::enter();
     failure::divider();
     log_error!(
         "+++ ALLOCATION 0x{:x} HAS CORRUPTED HEADER TAG 0x{:x} AFTER FREE",
-        pointer,
+        entry.pointer(),
         tag
     );
-    failure::end_report(state);
+    failure::end_report_of(state, entry.pointer(), entry.alloc_backtrace);
 }
 
 #[cold]
@@ -121,7 +131,7 @@ fn report_used_after_free(state: &State, entry: &Freed, bytes: &[u8], frames: &[
         log_error!("Backtrace at time of free:");
         failure::log_backtrace_or_failure(state, frames);
     }
-    failure::end_report(state);
+    failure::end_report_of(state, entry.pointer(), entry.alloc_backtrace);
 }
 
 /// Verifies an evicted entry and gives its memory back to the native allocator.

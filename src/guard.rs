@@ -26,8 +26,9 @@ struct Guard<'a> {
 }
 
 /// Checks both guards of a block being freed; each damaged guard is reported with every
-/// mismatching byte. Freeing goes on either way.
-pub fn check(state: &State, pointer: usize, size: usize) {
+/// mismatching byte. Freeing goes on either way. `alloc_backtrace` is the block's allocation
+/// backtrace id, for the `error_backtraces` extension (src/error_context.rs).
+pub fn check(state: &State, pointer: usize, size: usize, alloc_backtrace: u32) {
     let layout = &state.layout;
     if layout.front_guard_bytes > 0 {
         let start = pointer - layout.front_guard_bytes;
@@ -40,7 +41,7 @@ pub fn check(state: &State, pointer: usize, size: usize) {
             first_index: -(layout.front_guard_bytes as isize),
             expected: FRONT_GUARD_BYTE,
         };
-        check_one(state, pointer, size, &guard);
+        check_one(state, pointer, size, &guard, alloc_backtrace);
     }
     if layout.rear_guard_bytes > 0 {
         // SAFETY: the rear guard is inside our block, right after the current size.
@@ -53,21 +54,21 @@ pub fn check(state: &State, pointer: usize, size: usize) {
             first_index: size as isize,
             expected: REAR_GUARD_BYTE,
         };
-        check_one(state, pointer, size, &guard);
+        check_one(state, pointer, size, &guard, alloc_backtrace);
     }
 }
 
 #[inline]
-fn check_one(state: &State, pointer: usize, size: usize, guard: &Guard<'_>) {
+fn check_one(state: &State, pointer: usize, size: usize, guard: &Guard<'_>, alloc_backtrace: u32) {
     if !crate::bytes::all_equal(guard.bytes, guard.expected) {
-        report(state, pointer, size, guard);
+        report(state, pointer, size, guard, alloc_backtrace);
     }
 }
 
 /// Out of line: its log buffers would otherwise give every free a multi-kilobyte stack frame.
 #[cold]
 #[inline(never)]
-fn report(state: &State, pointer: usize, size: usize, guard: &Guard<'_>) {
+fn report(state: &State, pointer: usize, size: usize, guard: &Guard<'_>, alloc_backtrace: u32) {
     let _foreign = crate::sync::DisabledScope::enter();
     failure::divider();
     log_error!(
@@ -90,5 +91,5 @@ fn report(state: &State, pointer: usize, size: usize, guard: &Guard<'_>) {
         );
     }
     failure::log_failure_backtrace(state);
-    failure::end_report(state);
+    failure::end_report_of(state, pointer, alloc_backtrace);
 }

@@ -16,6 +16,7 @@ pub mod config;
 mod deferred;
 mod dispatch;
 mod entry;
+mod error_context;
 mod error_marker;
 mod errors;
 mod exports;

@@ -219,6 +219,7 @@ fn collect() {
                     mark(info.backtrace_id);
                 }
             });
+            crate::error_context::mark_queued(mark);
         });
         EPOCH.fetch_add(1, Ordering::SeqCst);
     } else {
@@ -263,6 +264,13 @@ pub struct Removed {
     epoch: u32,
 }
 
+impl Removed {
+    /// The block's allocation backtrace (an interned id, `BT_OFF` or `BT_EMPTY`).
+    pub fn backtrace_id(&self) -> u32 {
+        self.info.backtrace_id
+    }
+}
+
 /// Takes `pointer` out of the live table.
 pub fn untrack(pointer: usize) -> Option<Removed> {
     let epoch = EPOCH.load(Ordering::SeqCst);
@@ -281,4 +289,9 @@ pub fn restore(pointer: usize, record: Removed) {
 
 pub fn is_live(pointer: usize) -> bool {
     POINTERS.get(pointer).is_some()
+}
+
+/// The allocation backtrace id of a live block; `None` when `pointer` is not in the table.
+pub fn backtrace_of(pointer: usize) -> Option<u32> {
+    POINTERS.get(pointer).map(|info| info.backtrace_id)
 }

@@ -69,7 +69,8 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
         failure::log_backtrace_or_failure(state, free_frames.frames());
     }
     failure::log_failure_backtrace(state);
-    failure::end_report(state);
+    let alloc_backtrace = crate::error_context::allocation_of(state, pointer);
+    failure::end_report_of(state, pointer, alloc_backtrace);
 }
 
 /// `check` for free: a live tracked pointer also leaves the table, in the same lookup (one

@@ -886,3 +886,77 @@ fn x86_64_record_file_written_in_the_handler_under_real_bionic() {
 fn arm64_record_file_written_in_the_handler_under_qemu() {
     record_file_is_written_in_the_handler("ANDROID_ROOTFS_ARM64", "aarch64-linux-android");
 }
+
+/// The `error_backtraces` extension under real bionic: the overflow's report (the reference's
+/// lines and closing divider, unchanged) is followed by the block's allocation backtrace, which
+/// names the allocating function of the test program, and a divider.
+fn overflow_report_names_the_allocation(var: &str, target: &'static str) {
+    let _serial = serial();
+    let Some((root, lib)) = setup(var, target) else {
+        return;
+    };
+    let options = "guard backtrace leak_track error_backtraces";
+    let run = run_program_in_root(&root, &lib, options, &[], &["bugs"]);
+    assert!(run.output.status.success(), "{}", run.describe());
+    let log: Vec<&str> = run
+        .log
+        .iter()
+        .filter_map(|l| l.strip_prefix("E malloc_debug: "))
+        .collect();
+    let divider = "*** *** *** *** *** *** *** *** *** *** *** *** *** *** *** ***";
+    let header = log
+        .iter()
+        .position(|l| l.ends_with(" SIZE 100 HAS A CORRUPTED REAR GUARD"))
+        .unwrap_or_else(|| panic!("no guard report\n{}", run.describe()));
+    let pointer = log[header]
+        .strip_prefix("+++ ALLOCATION ")
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("{}", log[header]));
+    let close = header
+        + log[header..]
+            .iter()
+            .position(|l| *l == divider)
+            .unwrap_or_else(|| panic!("no closing divider\n{}", run.describe()));
+    assert!(
+        log[header..close]
+            .iter()
+            .any(|l| l.contains(&format!("{PROGRAM_IN_ROOT} (overflow_here+"))),
+        "{}",
+        run.describe()
+    );
+    assert_eq!(
+        log[close + 1],
+        format!("Backtrace at time of allocation of {pointer}:"),
+        "{}",
+        run.describe()
+    );
+    let end = close
+        + 1
+        + log[close + 1..]
+            .iter()
+            .position(|l| *l == divider)
+            .unwrap_or_else(|| panic!("no divider after the allocation\n{}", run.describe()));
+    let frames = &log[close + 2..end];
+    assert!(
+        frames.iter().all(|l| l.starts_with("          #")),
+        "{}",
+        run.describe()
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|l| l.contains(&format!("{PROGRAM_IN_ROOT} (overflow_here+"))),
+        "overflow_here not in the allocation backtrace\n{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn x86_64_overflow_report_names_the_allocation_under_real_bionic() {
+    overflow_report_names_the_allocation("ANDROID_ROOTFS", "x86_64-linux-android");
+}
+
+#[test]
+fn arm64_overflow_report_names_the_allocation_under_qemu() {
+    overflow_report_names_the_allocation("ANDROID_ROOTFS_ARM64", "aarch64-linux-android");
+}

@@ -113,7 +113,7 @@ const BITS_ONLY: Kind = Kind::Flag { set: |_| {} };
 
 /// Every option: the reference's 27 rows with 8 aliases (35 names), then the extensions
 /// (README "Extensions").
-pub(super) static OPTIONS: [OptionRow; 31] = [
+pub(super) static OPTIONS: [OptionRow; 32] = [
     OptionRow {
         name: "guard",
         alias: None,
@@ -368,6 +368,17 @@ pub(super) static OPTIONS: [OptionRow; 31] = [
         kind: Kind::Text {
             default: b"",
             set: |c, v| c.error_marker_file = v,
+        },
+        bits: 0,
+    },
+    // Adds the block's allocation backtrace after the reference's lines of every error report
+    // (src/error_context.rs); it captures nothing itself, so without `backtrace` (or a signal
+    // turning capture on) there is nothing to add.
+    OptionRow {
+        name: "error_backtraces",
+        alias: None,
+        kind: Kind::Flag {
+            set: |c| c.error_backtraces = true,
         },
         bits: 0,
     },

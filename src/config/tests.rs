@@ -334,6 +334,11 @@ const FLAG_CASES: &[FlagCase] = &[
         effect: |c| c.leak_unreachable && c.fill_on_free_bytes == usize::MAX,
     },
     FlagCase {
+        names: &["error_backtraces"],
+        bits: 0,
+        effect: |c| c.error_backtraces,
+    },
+    FlagCase {
         names: &["record_allocs_on_exit"],
         bits: 0,
         effect: |c| c.record_allocs_on_exit,
@@ -403,6 +408,7 @@ fn initial_with_effect(config: &Config<'_>) -> Config<'static> {
         backtrace_dump_on_exit: config.backtrace_dump_on_exit,
         record_allocs_on_exit: config.record_allocs_on_exit,
         leak_unreachable: config.leak_unreachable,
+        error_backtraces: config.error_backtraces,
         fill_on_free_bytes: config.fill_on_free_bytes,
         ..Config::INITIAL
     }
@@ -475,13 +481,13 @@ fn table_has_exactly_the_spec_names() {
         .collect();
     tested.extend(FLAG_CASES.iter().flat_map(|c| c.names.iter().copied()));
     tested.extend(TEXT_CASES.iter().flat_map(|c| c.names.iter().copied()));
-    // The reference's 35 names and the 4 extensions.
-    assert_eq!(names.len(), 39);
+    // The reference's 35 names and the 5 extensions.
+    assert_eq!(names.len(), 40);
     names.sort_unstable();
     tested.sort_unstable();
     assert_eq!(names, tested);
     names.dedup();
-    assert_eq!(names.len(), 39, "duplicate names");
+    assert_eq!(names.len(), 40, "duplicate names");
 }
 
 #[test]

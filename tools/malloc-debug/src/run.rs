@@ -20,8 +20,9 @@ use crate::options::{self, Checked};
 use crate::{Result, err};
 
 /// Catches the common heap bugs: overflow and underflow (guard), use after free and double free
-/// (free_track), and leaks, each with the backtrace of the allocation (and of the free).
-pub const DEFAULT_OPTIONS: &str = "backtrace guard free_track leak_track";
+/// (free_track), and leaks, each with the backtrace of the allocation (and of the free): the
+/// `error_backtraces` extension adds the allocation's to every error report.
+pub const DEFAULT_OPTIONS: &str = "backtrace guard free_track leak_track error_backtraces";
 
 #[derive(Default)]
 pub struct Args {
@@ -45,7 +46,7 @@ const FLAGS: &[Flag<Args>] = &[
         short: None,
         value: Some("OPTS"),
         help: "malloc debug options, checked by the library before CMD starts\n\
-               (default: \"backtrace guard free_track leak_track\")",
+               (default: \"backtrace guard free_track leak_track error_backtraces\")",
         set: |a, v| {
             a.options = Some(string(v)?);
             Ok(())

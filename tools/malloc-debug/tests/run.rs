@@ -17,7 +17,7 @@ fn runs_under_the_front_and_passes_the_exit_status() {
     assert!(text.starts_with("Android Native Heap Dump v1.2\n\nBuild fingerprint: 'unknown'\n"));
 }
 
-const DEFAULT_LINE: &str = "malloc-debug: using --options \"backtrace guard free_track leak_track\" \
+const DEFAULT_LINE: &str = "malloc-debug: using --options \"backtrace guard free_track leak_track error_backtraces\" \
      (the default: overflow, use after free, double free, leaks, with backtraces)\n";
 const STARS: &str = "*** *** *** *** *** *** *** *** *** *** *** *** *** *** *** ***\n";
 
@@ -34,15 +34,20 @@ fn run_default(mode: &str) -> String {
 }
 
 /// Without --options, `run` says which options it uses and they catch the four classic bugs,
-/// each with the backtraces and the source lines of the program's frames.
+/// each with the backtraces and the source lines of the program's frames; every error report
+/// ends with where the block was allocated (the `error_backtraces` extension).
 #[test]
 fn without_options_the_default_catches_the_common_bugs() {
+    let allocated = format!(
+        "Backtrace at time of allocation of 0xADDR:\n#01 make at buggy.c:8\n\
+         #02 main at buggy.c:14\n{STARS}"
+    );
     assert_eq!(
         run_default("overflow"),
         format!(
             "{DEFAULT_LINE}{STARS}+++ ALLOCATION 0xADDR SIZE 20 HAS A CORRUPTED REAR GUARD\n  \
              allocation[20] = 0x01 (expected 0xbb)\nBacktrace at time of failure:\n\
-             #01 drop at buggy.c:10\n#02 main at buggy.c:17\n{STARS}"
+             #01 drop at buggy.c:10\n#02 main at buggy.c:17\n{STARS}{allocated}"
         )
     );
     assert_eq!(
@@ -50,7 +55,7 @@ fn without_options_the_default_catches_the_common_bugs() {
         format!(
             "{DEFAULT_LINE}{STARS}+++ ALLOCATION 0xADDR USED AFTER FREE\n  \
              allocation[3] = 0x01 (expected 0xef)\nBacktrace at time of free:\n\
-             #01 drop at buggy.c:10\n#02 main at buggy.c:19\n{STARS}"
+             #01 drop at buggy.c:10\n#02 main at buggy.c:19\n{STARS}{allocated}"
         )
     );
     assert_eq!(
@@ -59,7 +64,7 @@ fn without_options_the_default_catches_the_common_bugs() {
             "{DEFAULT_LINE}{STARS}+++ ALLOCATION 0xADDR USED AFTER FREE (free)\n\
              Backtrace of original free:\n#01 drop at buggy.c:10\n#02 main at buggy.c:23\n\
              Backtrace at time of failure:\n#01 drop at buggy.c:10\n#02 main at buggy.c:24\n\
-             {STARS}"
+             {STARS}{allocated}"
         )
     );
     assert_eq!(

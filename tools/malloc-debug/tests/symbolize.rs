@@ -61,7 +61,7 @@ fn a_saved_host_log_gets_what_run_shows() {
     );
     let expected = format!(
         "{}{}",
-        "malloc-debug: using --options \"backtrace guard free_track leak_track\" (the default: \
+        "malloc-debug: using --options \"backtrace guard free_track leak_track error_backtraces\" (the default: \
          overflow, use after free, double free, leaks, with backtraces)\n",
         LEAK.replace("NAME", "buggy")
     );
