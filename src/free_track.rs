@@ -101,8 +101,8 @@ impl FreeQueue {
     pub fn init(&self, capacity: usize, frames_per_entry: usize) -> bool {
         let capacity = capacity.max(1);
         let slot_bytes = capacity * size_of::<Slot>();
-        let Some(mem) = pages::map(slot_bytes + capacity * frames_per_entry * size_of::<usize>())
-        else {
+        let bytes = slot_bytes + capacity * frames_per_entry * size_of::<usize>();
+        let Some(mem) = pages::map_or_log(bytes, "the free_track queue") else {
             return false;
         };
         // Zeroed memory is a valid empty slot (sequence 0, mangled 0).

@@ -38,11 +38,12 @@ const NOTHING: Info = Info {
     backtrace_id: 0,
 };
 
-/// Remembers a block the native allocator handed to a marked thread (nothing before the library
-/// is initialised: no debug path could meet it). A block the full table cannot take is simply
-/// not remembered: its unmarked free is then reported as before.
+/// Remembers a block the native allocator handed to a marked thread. Nothing is remembered
+/// before the library is initialised, nor in modes that track nothing: without tracking there
+/// are no headers either, and the debug path frees a native block as it is. A block the full
+/// set cannot take is simply not remembered: its unmarked free is then reported as before.
 pub fn handed_out(pointer: *mut c_void) -> *mut c_void {
-    if !pointer.is_null() && state::get().is_some() {
+    if !pointer.is_null() && state::get().is_some_and(|s| s.has(bits::TRACK_ALLOCS)) {
         NATIVE.add_key(Key::of(pointer as usize), NOTHING);
     }
     pointer
@@ -64,14 +65,25 @@ pub fn is_native(pointer: usize) -> bool {
 
 /// A block of the library's own, untracked because the live table could not grow (see
 /// `tracking::incomplete`): in header mode it carries our live tag; without headers, any
-/// pointer the table does not know may be one.
+/// pointer the table does not know may be one, unless free_track holds it (freed already).
+/// Without headers and free_track, a double free of such a block goes unreported.
 pub fn untracked_ours(state: &State, pointer: usize) -> bool {
     if !tracking::incomplete() {
         return false;
     }
-    !state.layout.header
-        || crate::verify::read_foreign_u32(state.layout.header_of(pointer) as usize)
-            == Some(DEBUG_TAG)
+    if state.layout.header {
+        crate::verify::read_foreign_u32(state.layout.header_of(pointer) as usize) == Some(DEBUG_TAG)
+    } else {
+        !(state.has(bits::FREE_TRACK) && queued(pointer))
+    }
+}
+
+/// Out of line: the frame buffer is large.
+#[cold]
+#[inline(never)]
+fn queued(pointer: usize) -> bool {
+    let mut frames = tracking::FrameBuffer::new();
+    crate::free_track::FREE_QUEUE.free_backtrace_of(pointer, &mut frames)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@
  * allocates, reallocs and frees BLOCKS blocks; ROUNDS rounds need more than the kept region,
  * so a block that was not really freed makes a later malloc fail.
  *
- * Usage: table_exhaustion BLOCKS ROUNDS. Prints "round N" per round and "done".
+ * Usage: table_exhaustion BLOCKS ROUNDS [double-free]. Prints "round N ok" per round and
+ * "done"; with "double-free", then frees one block twice (a real error, to be reported with its
+ * backtrace while mappings still fail).
  */
 #include <malloc.h>
 #include <stdio.h>
@@ -29,7 +31,7 @@ static unsigned long mapped_bytes(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) return 2;
+  if (argc != 3 && argc != 4) return 2;
   int blocks = atoi(argv[1]), rounds = atoi(argv[2]);
   void **p = calloc((size_t)blocks, sizeof(void *));
   /* Every shard of the live table gets its first table while mappings still succeed. */
@@ -77,5 +79,11 @@ int main(int argc, char **argv) {
     printf("round %d %s\n", r, usable == (size_t)(blocks + 2) / 3 ? "ok" : "bad usable size");
   }
   printf("done\n");
+  fflush(stdout);
+  if (argc == 4) {
+    char *volatile q = malloc(24);
+    free(q);
+    free(q);
+  }
   return 0;
 }
