@@ -102,14 +102,9 @@ pub unsafe extern "C" fn debug_reallocarray(
     size: usize,
 ) -> *mut c_void {
     if crate::sync::debug_calls_disabled() {
-        let Some(d) = native() else {
-            return null_mut();
-        };
-        return match nmemb.checked_mul(size) {
-            Some(bytes) => crossing::realloc(d, pointer, bytes),
-            // SAFETY: native allocator call with the caller's arguments (it fails them).
-            None => unsafe { d.reallocarray(pointer, nmemb, size) },
-        };
+        return native().map_or(null_mut(), |d| {
+            crossing::reallocarray(d, pointer, nmemb, size)
+        });
     }
     match nmemb.checked_mul(size) {
         // SAFETY: the caller's realloc contract.

@@ -200,6 +200,28 @@ pub fn realloc(d: &MallocDispatch, pointer: *mut c_void, bytes: usize) -> *mut c
     handed_out(new)
 }
 
+/// reallocarray while marked: the native table's own, unless the block crossed the boundary.
+pub fn reallocarray(
+    d: &MallocDispatch,
+    pointer: *mut c_void,
+    nmemb: usize,
+    size: usize,
+) -> *mut c_void {
+    let p = pointer as usize;
+    if p != 0
+        && let Some(state) = state::get()
+        && (is_native(p) || ours(state, p).is_some())
+    {
+        let Some(bytes) = nmemb.checked_mul(size) else {
+            crate::platform::set_errno(libc::ENOMEM);
+            return null_mut();
+        };
+        return realloc(d, pointer, bytes);
+    }
+    // SAFETY: native allocator call with the caller's arguments.
+    handed_out(unsafe { d.reallocarray(pointer, nmemb, size) })
+}
+
 /// malloc_usable_size while marked.
 pub fn usable_size(d: &MallocDispatch, pointer: *const c_void) -> usize {
     if let Some(state) = state::get()
