@@ -4,7 +4,7 @@
 //! once at initialize (src/plan.rs).
 
 use crate::config::{FILL_ALLOC_BYTE, FILL_FREE_BYTE, MIN_ALIGN};
-use crate::entry::Entered;
+use crate::entry::{Entered, crossing};
 use crate::free_track;
 use crate::guard;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG, Header};
@@ -396,6 +396,7 @@ pub fn free(cx: &Entered, pointer: *mut c_void) {
     // for still lists the block being freed.
     crate::deferred::on_internal_malloc_or_free(state);
     let Some(removed) = verify::check_and_untrack(state, pointer, "free") else {
+        crossing::free_if_native(state.dispatch, pointer);
         return;
     };
     let alloc_backtrace = removed.map_or(tracking::BT_OFF, |r| r.backtrace_id());
@@ -467,6 +468,9 @@ fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, seen: &mut OldBloc
     // From here on the old block is out of the live table (one lookup for the check and the
     // removal); every way out either frees it or tracks it again.
     let Some(old_record) = verify::check_and_untrack(state, old, "realloc") else {
+        if let Some(p) = crossing::realloc_if_native(state.dispatch, old, bytes) {
+            return p;
+        }
         if recording {
             *seen = OldBlock::Rejected;
         }
@@ -514,7 +518,8 @@ impl Untracked {
     /// The block lives on at `pointer` (itself, resized in place, or where the native realloc
     /// moved it): recorded afresh, with a new allocation backtrace.
     fn retrack_at(self, cx: &Entered, pointer: usize, size: usize) {
-        if self.record.is_some() {
+        // Also a block that was not tracked (the table could not grow then).
+        if cx.state.plan.track {
             tracking::track(cx.state, &cx.origin, pointer, size);
         }
     }
@@ -590,7 +595,7 @@ fn realloc_native(cx: &Entered, old_block: Untracked, real: usize) -> *mut c_voi
 
 pub fn malloc_usable_size(cx: &Entered, pointer: *const c_void) -> usize {
     if !verify::check(cx.state, pointer as usize, "malloc_usable_size") {
-        return 0;
+        return crossing::usable_size_if_native(cx.state.dispatch, pointer as usize).unwrap_or(0);
     }
     usable_size(cx.state, pointer as usize)
 }

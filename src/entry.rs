@@ -5,6 +5,8 @@
 //! blocked only around the slow paths that take a lock or run foreign code (see
 //! `sync::DisabledScope` and docs/design.md, "The signal-33 rule").
 
+pub mod crossing;
+
 use crate::backtrace::Origin;
 use crate::state::{self, State};
 use crate::sync::{self, DisabledScope, GateGuard};

@@ -10,7 +10,7 @@
 use crate::alloc;
 use crate::config::bits;
 use crate::dispatch::{IterateCallback, LibcDispatch, M_PURGE_ALL, Mallinfo, MallocDispatch};
-use crate::entry::{self, Entered};
+use crate::entry::{self, Entered, crossing};
 use crate::log::log_error;
 use crate::platform::{self, keeping_errno};
 use crate::state;
@@ -48,8 +48,10 @@ pub extern "C" fn debug_finalize() {
 pub unsafe extern "C" fn debug_malloc(size: usize) -> *mut c_void {
     match entry::enter_allocation() {
         Some(cx) => alloc::malloc(&cx, size),
-        // SAFETY: native allocator call with the caller's argument.
-        None => native().map_or(null_mut(), |d| unsafe { (d.malloc)(size) }),
+        None => native().map_or(null_mut(), |d| {
+            // SAFETY: native allocator call with the caller's argument.
+            crossing::handed_out(unsafe { (d.malloc)(size) })
+        }),
     }
 }
 
@@ -65,8 +67,7 @@ pub unsafe extern "C" fn debug_free(pointer: *mut c_void) {
         }
         _ => {
             if let Some(d) = native() {
-                // SAFETY: the pointer came from the native allocator or is null.
-                unsafe { (d.free)(pointer) }
+                crossing::free(d, pointer);
             }
         }
     }
@@ -76,8 +77,10 @@ pub unsafe extern "C" fn debug_free(pointer: *mut c_void) {
 pub unsafe extern "C" fn debug_calloc(nmemb: usize, bytes: usize) -> *mut c_void {
     match entry::enter_allocation() {
         Some(cx) => alloc::calloc(&cx, nmemb, bytes),
-        // SAFETY: native allocator call with the caller's arguments.
-        None => native().map_or(null_mut(), |d| unsafe { (d.calloc)(nmemb, bytes) }),
+        None => native().map_or(null_mut(), |d| {
+            // SAFETY: native allocator call with the caller's arguments.
+            crossing::handed_out(unsafe { (d.calloc)(nmemb, bytes) })
+        }),
     }
 }
 
@@ -85,8 +88,7 @@ pub unsafe extern "C" fn debug_calloc(nmemb: usize, bytes: usize) -> *mut c_void
 pub unsafe extern "C" fn debug_realloc(pointer: *mut c_void, bytes: usize) -> *mut c_void {
     match entry::enter_allocation() {
         Some(cx) => alloc::realloc(&cx, pointer, bytes),
-        // SAFETY: native allocator call with the caller's arguments.
-        None => native().map_or(null_mut(), |d| unsafe { (d.realloc)(pointer, bytes) }),
+        None => native().map_or(null_mut(), |d| crossing::realloc(d, pointer, bytes)),
     }
 }
 
@@ -100,9 +102,8 @@ pub unsafe extern "C" fn debug_reallocarray(
     size: usize,
 ) -> *mut c_void {
     if crate::sync::debug_calls_disabled() {
-        // SAFETY: native allocator call with the caller's arguments.
-        return native().map_or(null_mut(), |d| unsafe {
-            d.reallocarray(pointer, nmemb, size)
+        return native().map_or(null_mut(), |d| {
+            crossing::reallocarray(d, pointer, nmemb, size)
         });
     }
     match nmemb.checked_mul(size) {
@@ -119,8 +120,10 @@ pub unsafe extern "C" fn debug_reallocarray(
 pub unsafe extern "C" fn debug_memalign(alignment: usize, bytes: usize) -> *mut c_void {
     match entry::enter_allocation() {
         Some(cx) => alloc::memalign(&cx, alignment, bytes),
-        // SAFETY: native allocator call with the caller's arguments.
-        None => native().map_or(null_mut(), |d| unsafe { (d.memalign)(alignment, bytes) }),
+        None => native().map_or(null_mut(), |d| {
+            // SAFETY: native allocator call with the caller's arguments.
+            crossing::handed_out(unsafe { (d.memalign)(alignment, bytes) })
+        }),
     }
 }
 
@@ -128,9 +131,9 @@ pub unsafe extern "C" fn debug_memalign(alignment: usize, bytes: usize) -> *mut 
 pub unsafe extern "C" fn debug_aligned_alloc(alignment: usize, size: usize) -> *mut c_void {
     match entry::enter_allocation() {
         Some(cx) => alloc::aligned_alloc(&cx, alignment, size),
-        // SAFETY: native allocator call with the caller's arguments.
-        None => native().map_or(null_mut(), |d| unsafe {
-            (d.aligned_alloc)(alignment, size)
+        None => native().map_or(null_mut(), |d| {
+            // SAFETY: native allocator call with the caller's arguments.
+            crossing::handed_out(unsafe { (d.aligned_alloc)(alignment, size) })
         }),
     }
 }
@@ -143,9 +146,10 @@ pub unsafe extern "C" fn debug_posix_memalign(
 ) -> c_int {
     match entry::enter_allocation() {
         Some(cx) => alloc::posix_memalign(&cx, memptr, alignment, size),
-        // SAFETY: native allocator call with the caller's arguments.
-        None => native().map_or(libc::ENOMEM, |d| unsafe {
-            (d.posix_memalign)(memptr, alignment, size)
+        None => native().map_or(libc::ENOMEM, |d| {
+            // SAFETY: native allocator call with the caller's arguments.
+            let rc = unsafe { (d.posix_memalign)(memptr, alignment, size) };
+            crossing::handed_out_at(rc, memptr)
         }),
     }
 }
@@ -164,8 +168,10 @@ pub unsafe extern "C" fn debug_pvalloc(bytes: usize) -> *mut c_void {
                 }
             }
         }
-        // SAFETY: native allocator call with the caller's argument.
-        None => native().map_or(null_mut(), |d| unsafe { (d.pvalloc)(bytes) }),
+        None => native().map_or(null_mut(), |d| {
+            // SAFETY: native allocator call with the caller's argument.
+            crossing::handed_out(unsafe { (d.pvalloc)(bytes) })
+        }),
     }
 }
 
@@ -174,8 +180,10 @@ pub unsafe extern "C" fn debug_pvalloc(bytes: usize) -> *mut c_void {
 pub unsafe extern "C" fn debug_valloc(size: usize) -> *mut c_void {
     match entry::enter_allocation() {
         Some(cx) => alloc::memalign(&cx, crate::platform::page_size(), size),
-        // SAFETY: native allocator call with the caller's argument.
-        None => native().map_or(null_mut(), |d| unsafe { (d.valloc)(size) }),
+        None => native().map_or(null_mut(), |d| {
+            // SAFETY: native allocator call with the caller's argument.
+            crossing::handed_out(unsafe { (d.valloc)(size) })
+        }),
     }
 }
 
@@ -183,8 +191,7 @@ pub unsafe extern "C" fn debug_valloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn debug_malloc_usable_size(pointer: *const c_void) -> usize {
     match entry::enter_allocation() {
         Some(cx) if !pointer.is_null() => alloc::malloc_usable_size(&cx, pointer),
-        // SAFETY: native allocator call with the caller's argument.
-        _ => native().map_or(0, |d| unsafe { (d.malloc_usable_size)(pointer) }),
+        _ => native().map_or(0, |d| crossing::usable_size(d, pointer)),
     }
 }
 

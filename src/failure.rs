@@ -13,6 +13,7 @@ pub fn divider() {
 
 /// `Backtrace at time of failure:` and the current stack (up to 256 frames).
 pub fn log_failure_backtrace(state: &State) {
+    let _reserve = crate::pages::ReportScope::enter();
     log_error!("Backtrace at time of failure:");
     let mut frames = [0usize; backtrace::MAX_FRAMES];
     let n = backtrace::capture(&mut frames);
@@ -21,6 +22,7 @@ pub fn log_failure_backtrace(state: &State) {
 
 /// Logs captured frames in the configured format, or the reference's failure line.
 pub fn log_backtrace_or_failure(state: &State, frames: &[usize]) {
+    let _reserve = crate::pages::ReportScope::enter();
     if frames.is_empty() {
         log_error!("  Backtrace failed to get any frames.");
     } else if state.has(bits::BACKTRACE_FULL) {

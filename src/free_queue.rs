@@ -40,7 +40,7 @@ const MAX_RESERVED_BYTES: usize = 64 << 20;
 /// Most shards: enough for the threads that free concurrently in typical programs; more threads
 /// share rings (correct, only contended).
 const MAX_SHARDS: usize = 8;
-/// One push in this many of a ring at the bound takes its room from another ring.
+/// One push in this many of a ring at the bound looks for an idle ring to take its room from.
 const STEAL_EVERY: usize = 16;
 
 #[repr(C)]
@@ -59,6 +59,10 @@ struct Ends {
     head: AtomicUsize,
     _pad: [u8; 56],
     tail: AtomicUsize,
+    _pad2: [u8; 56],
+    /// `tail` as the last stealing look at this ring saw it: a ring whose tail has not moved
+    /// between two looks belongs to no thread that is still freeing.
+    seen_tail: AtomicUsize,
 }
 
 #[repr(align(64))]
@@ -108,7 +112,9 @@ impl<T: Copy> FreeQueue<T> {
         let shards = (MAX_RESERVED_BYTES / per_ring).clamp(1, MAX_SHARDS);
         let ends_bytes = shards * size_of::<Ends>();
         let slot_bytes = shards * ring * size_of::<Slot<T>>();
-        let Some(mem) = crate::pages::map(ends_bytes + shards * per_ring) else {
+        let Some(mem) =
+            crate::pages::map_or_log(ends_bytes + shards * per_ring, "the free_track queue")
+        else {
             return false;
         };
         let base = mem.as_ptr() as usize;
@@ -211,23 +217,33 @@ impl<T: Copy> FreeQueue<T> {
     }
 
     /// At the bound: one entry leaves, its place passing to the caller. Usually the own ring's
-    /// oldest; but every `STEAL_EVERY`th push of a ring takes from another non-empty ring (a
-    /// different one each time), so that rings of threads that exited or stopped freeing drain
-    /// too instead of holding their part of the bound until exit. When the chosen ring has
-    /// nothing to give, the next one is asked, and so on round all of them.
+    /// oldest. Every `STEAL_EVERY`th push of a ring looks at the other rings instead, a
+    /// different one first each time, and takes the oldest entry of one whose owner has stopped
+    /// freeing (its tail has not moved since the previous look): so rings of threads that exited
+    /// drain instead of holding their part of the bound until exit, while a thread never frees
+    /// blocks that a busy thread queued — that would make it free into the other thread's size
+    /// classes, and on Android wait for the allocator lock of a thread the backtrace signal has
+    /// parked inside the allocator (docs/design.md, "The freed-block queue"). Only when the own
+    /// ring has nothing to give does any ring give.
     fn make_room(&self, own: usize, shards: usize, leave: &mut impl FnMut(T, &[usize])) -> bool {
         let turn = self.ends(own).tail.load(Ordering::Relaxed);
-        let stealing = shards > 1 && turn.is_multiple_of(STEAL_EVERY);
-        // The other rings, starting each stealing turn one further on.
         let cursor = turn / STEAL_EVERY;
         let others = (0..shards - 1).map(|k| (own + 1 + (cursor + k) % (shards - 1)) % shards);
         let mut frames = [MaybeUninit::<usize>::uninit(); MAX_FRAMES];
-        let mut sweep = |shard: usize| self.dequeue(shard, &mut frames);
-        let found = if stealing {
-            others.clone().find_map(&mut sweep).or_else(|| sweep(own))
-        } else {
-            sweep(own).or_else(|| others.clone().find_map(&mut sweep))
+        let mut take = |shard: usize| self.dequeue(shard, &mut frames);
+        let idle = |shard: usize| {
+            let ends = self.ends(shard);
+            let tail = ends.tail.load(Ordering::Relaxed);
+            ends.head.load(Ordering::Relaxed) != tail
+                && ends.seen_tail.swap(tail, Ordering::Relaxed) == tail
         };
+        let mut found = None;
+        if shards > 1 && turn.is_multiple_of(STEAL_EVERY) {
+            found = others.clone().filter(|&s| idle(s)).find_map(&mut take);
+        }
+        let found = found
+            .or_else(|| take(own))
+            .or_else(|| others.clone().find_map(&mut take));
         let Some((entry, n)) = found else {
             return false;
         };

@@ -55,6 +55,14 @@ pub fn hold(state: &State, pointer: usize, filled: usize, alloc_backtrace: u32, 
     });
 }
 
+/// Whether free_track holds `pointer` (every ring is looked at).
+pub fn is_held(pointer: usize) -> bool {
+    let mangled = pointer ^ usize::MAX;
+    let mut found = false;
+    FREE_QUEUE.for_each(|entry, _| found |= entry.mangled == mangled);
+    found
+}
+
 /// Copies the free-time frames recorded for a held pointer into `out`; false when the pointer
 /// is not held (an error report: every ring is looked at).
 pub fn free_backtrace_of(pointer: usize, out: &mut FrameBuffer) -> bool {

@@ -15,6 +15,16 @@ pub fn map(bytes: usize) -> Option<NonNull<u8>> {
     p
 }
 
+/// `map` for memory that start-up cannot do without: a failure is logged, naming `what`, so
+/// that an initialisation that fails for lack of memory says why.
+pub fn map_or_log(bytes: usize, what: &str) -> Option<NonNull<u8>> {
+    let p = map(bytes);
+    if p.is_none() {
+        crate::log::log_error!("out of memory for {} ({} bytes)", what, bytes);
+    }
+    p
+}
+
 fn map_pages(bytes: usize) -> Option<NonNull<u8>> {
     let len = round_to_pages(bytes)?;
     // SAFETY: anonymous private mapping; no existing memory is affected.
@@ -29,7 +39,9 @@ fn map_pages(bytes: usize) -> Option<NonNull<u8>> {
         )
     };
     if p == libc::MAP_FAILED {
-        return None;
+        return (crate::platform::errno() == libc::ENOMEM && release_reserve_for_report())
+            .then(|| map_pages(bytes))
+            .flatten();
     }
     name_mapping(p, len);
     register(p as usize, len);
@@ -47,6 +59,88 @@ pub unsafe fn unmap(p: NonNull<u8>, bytes: usize) {
         // SAFETY: forwarded: the range is exactly a mapping we created.
         unsafe { libc::munmap(p.as_ptr().cast(), len) };
         crate::platform::set_errno(saved);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reserve for reports (issue 20.7). Under an address-space limit (`ulimit -v`) a program may
+// use up every mapping the limit allows; a report then could not grow the unwinder's caches or
+// read /proc/self/maps, and printed `pc 0` frames. Room is set aside at start-up (PROT_NONE: no
+// memory, only address space under the limit) and given back the first time a mapping fails
+// while a report is being written, so that the report's own mappings fit; once no report is
+// being written, it is taken again if the room is there (the report's temporary mappings are
+// gone by then).
+
+const RESERVE_BYTES: usize = if cfg!(target_pointer_width = "64") {
+    8 << 20
+} else {
+    2 << 20
+};
+/// The reserve's address, 0 while given back.
+static RESERVE: AtomicUsize = AtomicUsize::new(0);
+/// Reports being written, by any thread.
+static REPORTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the reserve aside, unless it is already. errno is left as it was.
+pub fn take_reserve() {
+    if RESERVE.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    let saved = crate::platform::errno();
+    // SAFETY: an anonymous inaccessible mapping; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            RESERVE_BYTES,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p != libc::MAP_FAILED {
+        name_mapping(p, RESERVE_BYTES);
+        if RESERVE
+            .compare_exchange(0, p as usize, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            // SAFETY: our own mapping, just made and published nowhere.
+            unsafe { libc::munmap(p, RESERVE_BYTES) };
+        }
+    }
+    crate::platform::set_errno(saved);
+}
+
+/// Gives the reserve back if a report is being written: true when there was one to give.
+fn release_reserve_for_report() -> bool {
+    if REPORTS.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    let p = RESERVE.swap(0, Ordering::AcqRel);
+    if p == 0 {
+        return false;
+    }
+    // SAFETY: the reserve mapping, taken out of RESERVE by this call alone.
+    unsafe { libc::munmap(p as *mut libc::c_void, RESERVE_BYTES) };
+    true
+}
+
+/// While one lives, a mapping that fails for want of address space first gives the reserve
+/// back: held around a report's stack captures and symbolization.
+pub struct ReportScope(());
+
+impl ReportScope {
+    pub fn enter() -> ReportScope {
+        REPORTS.fetch_add(1, Ordering::AcqRel);
+        ReportScope(())
+    }
+}
+
+impl Drop for ReportScope {
+    fn drop(&mut self) {
+        if REPORTS.fetch_sub(1, Ordering::AcqRel) == 1 {
+            take_reserve();
+        }
     }
 }
 

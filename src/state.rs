@@ -161,6 +161,7 @@ pub unsafe fn initialize(
         return false;
     }
     crate::backtrace::startup();
+    crate::pages::take_reserve();
     // SAFETY: INIT_PHASE makes this the only writer, and nothing reads STORAGE before the
     // Release store below publishes it.
     unsafe {
@@ -186,6 +187,10 @@ fn copy_options(dispatch: &MallocDispatch, options: &[u8]) -> Option<&'static [u
     // SAFETY: plain native allocation of len+1 bytes.
     let p = unsafe { (dispatch.malloc)(options.len() + 1) }.cast::<u8>();
     if p.is_null() {
+        log_error!(
+            "out of memory for the options ({} bytes)",
+            options.len() + 1
+        );
         return None;
     }
     // SAFETY: `p` has room for len+1 bytes and does not overlap `options`.

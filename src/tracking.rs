@@ -115,11 +115,22 @@ fn add(key: Key, info: Info) -> bool {
     false
 }
 
+/// Set for good once an allocation could not be added to the live table (out of memory): from
+/// then on a block the table does not know may still be one of ours, and is freed as one
+/// instead of being reported (`verify`, `entry::crossing::untracked_ours`).
+static INCOMPLETE: AtomicBool = AtomicBool::new(false);
+
+/// True once some allocation went untracked.
+pub fn incomplete() -> bool {
+    INCOMPLETE.load(Ordering::Relaxed)
+}
+
 #[cold]
 #[inline(never)]
 fn table_full() {
-    static SAID: AtomicBool = AtomicBool::new(false);
-    if !SAID.swap(true, Ordering::Relaxed) {
+    // SeqCst: a thread that frees the untracked block after it was handed out sees the flag
+    // (the pointer reached it through some synchronisation that orders this store first).
+    if !INCOMPLETE.swap(true, Ordering::SeqCst) {
         crate::log::log_error!(
             "out of memory for the live allocation table: some allocations are not tracked"
         );

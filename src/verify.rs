@@ -6,6 +6,7 @@
 //! cleanly on unmapped memory: however wild the pointer, the check itself never faults.
 
 use crate::config::bits;
+use crate::entry::crossing;
 use crate::failure;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG};
 use crate::log::log_error;
@@ -16,6 +17,9 @@ enum Problem {
     UsedAfterFree,
     InvalidTag(u32),
     Unknown,
+    /// Not a problem to report: the native allocator made the block for a thread marked inside
+    /// the library (`entry::crossing`); the caller hands it back to the native allocator.
+    Native,
 }
 
 /// True if `pointer` may be operated on; otherwise the error has been reported (and the
@@ -25,6 +29,7 @@ enum Problem {
 pub fn check(state: &State, pointer: usize, function: &str) -> bool {
     match find_problem(state, pointer) {
         None => true,
+        Some(Problem::Native) => false,
         Some(problem) => {
             report(state, pointer, function, problem);
             false
@@ -36,9 +41,13 @@ pub fn check(state: &State, pointer: usize, function: &str) -> bool {
 #[cold]
 #[inline(never)]
 fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
+    if let Problem::Native = problem {
+        return;
+    }
     let _foreign = crate::sync::DisabledScope::enter();
     failure::divider();
     match problem {
+        Problem::Native => {}
         Problem::UsedAfterFree => {
             log_error!(
                 "+++ ALLOCATION 0x{:x} USED AFTER FREE ({})",
@@ -74,8 +83,10 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
 }
 
 /// `check` for free: a live tracked pointer also leaves the table, in the same lookup (one
-/// shard lock and probe per free instead of two). `None`: reported, the call must not go on;
-/// `Some(record)`: go on, with the table's record of the block (`None` when nothing tracks).
+/// shard lock and probe per free instead of two). `None`: reported (or a native block, which
+/// `entry::crossing` hands back), the call must not go on; `Some(record)`: go on, with the
+/// table's record of the block (`None` when nothing tracks it: tracking off, or an untracked
+/// block of ours once the table could not grow).
 #[inline(always)]
 pub fn check_and_untrack(
     state: &State,
@@ -125,8 +136,18 @@ fn classify_unknown(state: &State, pointer: usize, tracking: bool) -> Option<Pro
     classify(state, pointer, tracking && tracking::is_live(pointer))
 }
 
-/// What is wrong with `pointer`, given whether the live table holds it.
+/// What is wrong with `pointer`, given whether the live table holds it. A pointer the table does
+/// not know is looked up among the native allocator's blocks handed to marked threads, and may
+/// be an untracked block of ours (issue 20, points 1 and 7: neither is reported).
 fn classify(state: &State, pointer: usize, live: bool) -> Option<Problem> {
+    if !live {
+        if crossing::is_native(pointer) {
+            return Some(Problem::Native);
+        }
+        if crossing::untracked_ours(state, pointer) {
+            return None;
+        }
+    }
     if !state.layout.header {
         return if live { None } else { Some(Problem::Unknown) };
     }
@@ -146,7 +167,7 @@ fn classify(state: &State, pointer: usize, live: bool) -> Option<Problem> {
 }
 
 /// Reads 4 bytes at an address that may not be mapped, without faulting.
-fn read_foreign_u32(address: usize) -> Option<u32> {
+pub(crate) fn read_foreign_u32(address: usize) -> Option<u32> {
     let mut value = 0u32;
     let local = libc::iovec {
         iov_base: (&mut value as *mut u32).cast(),

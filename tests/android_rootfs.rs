@@ -694,6 +694,38 @@ fn x86_64_forks_while_other_threads_dlopen() {
     );
 }
 
+/// The same, but each child also frees a block twice (malloc_test fork-dlopen-report): its error
+/// report captures and symbolizes a backtrace in a quarantined child, which must not ask the
+/// loader either (issue 20.3, rechecked after the symbolizer's rewrite). Every child reports
+/// once, with its own frame in the backtrace.
+#[test]
+fn x86_64_fork_children_report_while_other_threads_dlopen() {
+    let _serial = serial();
+    let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
+        return;
+    };
+    let run = run_program_in_root(&root, &lib, "backtrace", &[], &["fork-dlopen-report"]);
+    assert!(run.output.status.success(), "{}", run.describe());
+    let stdout = run.stdout_lines();
+    assert_eq!(
+        stdout[stdout.len().saturating_sub(2)..],
+        ["dlopen forks 300 hung 0", "malloc_test: done"],
+        "{}",
+        run.describe()
+    );
+    let reports = run
+        .log
+        .iter()
+        .filter(|l| l.contains(" UNKNOWN POINTER (free)"))
+        .count();
+    let frames = run
+        .log
+        .iter()
+        .filter(|l| l.contains("(child_reports+"))
+        .count();
+    assert_eq!((reports, frames), (300, 300), "{}", run.describe());
+}
+
 /// The exit leak report through the root's real logd and logcat (README "Differences from the
 /// reference", docs/logging.md): 2,000 live blocks, fds 0-2 closed before exit, and every
 /// `leak i of N` record must arrive, in order. Through liblog the first record was lost (its

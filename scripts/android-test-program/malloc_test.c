@@ -1,5 +1,5 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
- * Usage: malloc_test [leak|bugs|fork|fork-dlopen|park|unwind|leaks N|errno|record]
+ * Usage: malloc_test [leak|bugs|fork|fork-dlopen|fork-dlopen-report|park|unwind|leaks N|errno|record]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free/mallopt, prints one
  * line per check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that
  * libc's exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation
@@ -271,6 +271,15 @@ static void fork_test(void) {
   dprintf(1, "forks %d hung %d\n", reaped, hung);
 }
 
+// Reached only in fork children (fork-dlopen-report): a double free, so that the child writes
+// an error report and symbolizes its backtrace while the loader's lock may be held by a parent
+// thread the child does not have.
+__attribute__((noinline)) static void child_reports(void) {
+  char* volatile p = malloc(100);
+  free(p);
+  free(p);
+}
+
 static int loaders_stop, loader_cycles;
 
 static void* load_and_unload(void* arg) {
@@ -286,8 +295,9 @@ static void* load_and_unload(void* arg) {
 // 300 forks while three threads dlopen and dlclose a library: bionic's loader lock (which
 // dl_iterate_phdr takes too) is then held by a thread the child does not have. Each child
 // allocates from a call site the parent never used and exits; a child not gone 10 s after the
-// last fork is killed and counted. Prints "dlopen forks N hung M".
-static void fork_dlopen_test(void) {
+// last fork is killed and counted. Prints "dlopen forks N hung M". With `report`, each child
+// also writes an error report with a backtrace (child_reports).
+static void fork_dlopen_test(int report) {
   enum { N = 300, LOADERS = 3 };
   static int pids[N];
   unsigned long t[LOADERS];
@@ -298,6 +308,7 @@ static void fork_dlopen_test(void) {
     int pid = fork();
     if (pid == 0) {
       child_allocates();
+      if (report) child_reports();
       _exit(0);
     }
     pids[i] = pid;
@@ -421,7 +432,8 @@ int main(int argc, char** argv, char** envp) {
   if (argc > 1 && strcmp(argv[1], "fork") == 0) fork_test();
   if (argc > 1 && strcmp(argv[1], "park") == 0) park_test(200);
   if (argc > 1 && strcmp(argv[1], "unwind") == 0) unwind_test(1000);
-  if (argc > 1 && strcmp(argv[1], "fork-dlopen") == 0) fork_dlopen_test();
+  if (argc > 1 && strcmp(argv[1], "fork-dlopen") == 0) fork_dlopen_test(0);
+  if (argc > 1 && strcmp(argv[1], "fork-dlopen-report") == 0) fork_dlopen_test(1);
   if (argc > 1 && strcmp(argv[1], "errno") == 0) errno_test();
 
   if (argc > 2 && strcmp(argv[1], "leaks") == 0) {

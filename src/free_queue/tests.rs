@@ -136,3 +136,22 @@ fn an_exited_threads_entries_leave_when_another_thread_pushes_at_the_bound() {
     assert_eq!(theirs, (1..=10).collect::<Vec<_>>());
     assert!(held(&Q).iter().all(|(e, _)| *e >= 100));
 }
+
+#[test]
+fn a_ring_whose_owner_keeps_freeing_is_never_taken_from_on_a_stealing_turn() {
+    let q = FreeQueue::new();
+    assert!(q.init(4, 1));
+    for v in 1..=4 {
+        assert!(push(&q, 0, v, &[v]).is_empty());
+    }
+    // Ring 1 starts empty: its first push takes ring 0's oldest.
+    assert_eq!(push(&q, 1, 100, &[100]), [(1, vec![1])]);
+    // From then on both keep freeing: ring 1's pushes, stealing turns included, only ever
+    // push out ring 1's own blocks, and ring 0's only ring 0's.
+    for i in 0..4 * STEAL_EVERY {
+        let left = push(&q, 0, 5 + i, &[5 + i]);
+        assert!(left.iter().all(|(e, _)| *e < 100), "{left:?}");
+        let left = push(&q, 1, 101 + i, &[101 + i]);
+        assert_eq!(left, [(100 + i, vec![100 + i])]);
+    }
+}

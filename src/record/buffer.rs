@@ -121,7 +121,7 @@ impl Buffer {
         let Some(bytes) = capacity.checked_mul(size_of::<Slot>()) else {
             return false;
         };
-        let Some(p) = pages::map(bytes) else {
+        let Some(p) = pages::map_or_log(bytes, "the record_allocs entries") else {
             return false;
         };
         self.slots.store(p.as_ptr().cast(), Ordering::Release);
