@@ -14,8 +14,7 @@ use crate::verify;
 use core::ffi::c_void;
 use core::ptr::null_mut;
 
-/// Bit 31 of a tracked size is the zygote-child flag, so no request may exceed it (spec §4).
-pub const MAX_SIZE: usize = 0x7fff_ffff;
+pub use crate::header::MAX_SIZE;
 
 fn fail_nomem() -> *mut c_void {
     set_errno(libc::ENOMEM);

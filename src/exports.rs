@@ -208,7 +208,7 @@ pub unsafe extern "C" fn debug_malloc_info(options: c_int, fp: *mut libc::FILE) 
     match cx {
         Some(cx) if cx.state.has(bits::TRACK_ALLOCS) => {
             let saved = platform::errno();
-            let rc = crate::report::malloc_info(&cx, fp);
+            let rc = crate::report::malloc_info(cx.state, fp);
             if rc == 0 {
                 platform::set_errno(saved);
             }
@@ -288,7 +288,7 @@ pub unsafe extern "C" fn debug_malloc_backtrace(
         return 0;
     }
     let Some(cx) = entry::enter() else { return 0 };
-    keeping_errno(|| crate::report::malloc_backtrace(&cx, pointer, frames, max_frames))
+    keeping_errno(|| crate::report::malloc_backtrace(cx.state, pointer, frames, max_frames))
 }
 
 #[unsafe(no_mangle)]
@@ -319,7 +319,7 @@ pub unsafe extern "C" fn debug_get_malloc_leak_info(
             backtrace_size: &mut *backtrace_size,
         }
     };
-    keeping_errno(|| crate::report::get_malloc_leak_info(&cx, out));
+    keeping_errno(|| crate::report::get_malloc_leak_info(cx.state, out));
 }
 
 #[unsafe(no_mangle)]
@@ -343,7 +343,7 @@ pub unsafe extern "C" fn debug_write_malloc_leak_info(fp: *mut libc::FILE) -> bo
         return false;
     };
     let saved = platform::errno();
-    let written = crate::report::write_malloc_leak_info(&cx, fp);
+    let written = crate::report::write_malloc_leak_info(cx.state, fp);
     if written {
         platform::set_errno(saved);
     }
@@ -360,5 +360,5 @@ pub unsafe extern "C" fn debug_dump_heap(file_name: *const c_char) {
     }
     // SAFETY: the caller passes a NUL-terminated path.
     let name = unsafe { crate::fmt::c_str_bytes(file_name) };
-    keeping_errno(|| crate::report::dump_heap(&cx, name));
+    keeping_errno(|| crate::report::dump_heap(cx.state, name));
 }

@@ -161,25 +161,9 @@ pub fn abort_with_message(msg: &str) -> ! {
     unsafe { libc::abort() }
 }
 
-/// Android writes dumps and records under `/data/local/tmp`. A host without that directory gets
-/// the same file names under `/tmp` (DESIGN §5); explicit paths are never changed.
-pub fn localize_default_paths(
-    mut config: crate::config::Config<'static>,
-) -> crate::config::Config<'static> {
-    use crate::config::{DEFAULT_BACKTRACE_DUMP_PREFIX, DEFAULT_RECORD_ALLOCS_FILE};
-    if cfg!(target_os = "android") || data_local_tmp_exists() {
-        return config;
-    }
-    if config.backtrace_dump_prefix == DEFAULT_BACKTRACE_DUMP_PREFIX {
-        config.backtrace_dump_prefix = b"/tmp/backtrace_heap";
-    }
-    if config.record_allocs_file == DEFAULT_RECORD_ALLOCS_FILE {
-        config.record_allocs_file = b"/tmp/record_allocs.txt";
-    }
-    config
-}
-
-fn data_local_tmp_exists() -> bool {
+/// Does `/data/local/tmp` exist (where Android writes dumps and records)? See
+/// `Config::localize_default_paths`.
+pub fn data_local_tmp_exists() -> bool {
     // SAFETY: NUL-terminated literal path.
     unsafe { libc::access(c"/data/local/tmp".as_ptr(), libc::F_OK) == 0 }
 }

@@ -36,6 +36,20 @@ impl State {
     pub fn has(&self, bit: u64) -> bool {
         self.config.has(bit)
     }
+
+    /// Usable bytes behind a live user pointer: the header's record in header mode, the native
+    /// allocator's answer otherwise.
+    pub fn usable_size(&self, pointer: usize) -> usize {
+        if self.layout.header {
+            // SAFETY: the caller passes a live header-mode block, whose header sits in front.
+            unsafe {
+                core::ptr::addr_of!((*self.layout.header_of(pointer)).usable_size).read_unaligned()
+            }
+        } else {
+            // SAFETY: the caller passes a live native allocation.
+            unsafe { (self.dispatch.malloc_usable_size)(pointer as *const core::ffi::c_void) }
+        }
+    }
 }
 
 struct StateCell(UnsafeCell<MaybeUninit<State>>);
@@ -125,7 +139,7 @@ pub unsafe fn initialize(
             return false;
         }
     };
-    let config = platform::localize_default_paths(config);
+    let config = config.localize_default_paths();
     // Extensions (README "Extensions"): before anything is logged, and before the program can
     // change directory.
     crate::log_file::open(config.log_file);

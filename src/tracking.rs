@@ -110,7 +110,7 @@ impl FrameBuffer {
 /// Records a live allocation of `size` bytes at `pointer`. Adds nothing (and says so once in
 /// the log) when the table cannot grow.
 pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
-    let mut stored = size.min(crate::alloc::MAX_SIZE) as u32;
+    let mut stored = size.min(crate::header::MAX_SIZE) as u32;
     if state.zygote_child() {
         stored |= ZYGOTE_BIT;
     }

@@ -74,7 +74,7 @@ pub fn present_bytes(state: &State, pointer: usize) -> i64 {
     }
     // The size lookup reads the header in front of the block (ours, or the native allocator's),
     // as the reference's does before it measures: see present.rs.
-    let len = crate::alloc::usable_size(state, pointer);
+    let len = state.usable_size(pointer);
     let read = if state.layout.header {
         present::Read::before(state.layout.pointer_offset)
     } else {
