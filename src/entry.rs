@@ -63,7 +63,7 @@ fn enter_with(mark: fn() -> DisabledScope) -> Option<Entered> {
 /// caller's code and may legitimately allocate). The thread that closed the gate with
 /// `malloc_disable` passes without it (`None` guard).
 pub fn enter_gate_only() -> Option<(&'static State, Option<GateGuard>)> {
-    if crate::iterate::disabled_by_this_thread() {
+    if sync::disabled_by_this_thread() {
         return Some((state::get()?, None));
     }
     if sync::debug_calls_disabled() {

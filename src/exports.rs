@@ -29,18 +29,20 @@ pub unsafe extern "C" fn debug_initialize(
     zygote_child: *mut bool,
     options: *const c_char,
 ) -> bool {
-    // SAFETY: forwarded contract of debug_initialize (see state::initialize).
-    keeping_errno(|| unsafe { state::initialize(dispatch, zygote_child.cast::<u8>(), options) })
+    // SAFETY: forwarded contract of debug_initialize (see lifecycle::initialize).
+    keeping_errno(|| unsafe {
+        crate::lifecycle::initialize(dispatch, zygote_child.cast::<u8>(), options)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_finalize() {
     // The exit report's scan for unreachable blocks starts at this frame, with the caller's
-    // callee-saved registers spilled here: everything below is the library's own (state::finalize
+    // callee-saved registers spilled here: everything below is the library's own (lifecycle::finalize
     // alone keeps kilobytes of stack whose dead slots may hold stale heap addresses).
     let mut spilled = [0usize; 16];
     let stack_from = crate::unreachable::classify::stack_top(&mut spilled);
-    keeping_errno(|| state::finalize(stack_from));
+    keeping_errno(|| crate::lifecycle::finalize(stack_from));
     core::hint::black_box(&spilled);
 }
 
@@ -254,7 +256,7 @@ pub unsafe extern "C" fn debug_iterate(
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_malloc_disable() {
     match crate::state::get().filter(|_| !crate::sync::debug_calls_disabled()) {
-        Some(state) => crate::iterate::malloc_disable(state),
+        Some(state) => crate::lifecycle::malloc_disable(state),
         None => {
             if let Some(d) = native() {
                 // SAFETY: native allocator call.
@@ -266,9 +268,9 @@ pub extern "C" fn debug_malloc_disable() {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_malloc_enable() {
-    let disabler = crate::iterate::disabled_by_this_thread();
+    let disabler = crate::sync::disabled_by_this_thread();
     match crate::state::get().filter(|_| disabler || !crate::sync::debug_calls_disabled()) {
-        Some(state) => crate::iterate::malloc_enable(state),
+        Some(state) => crate::lifecycle::malloc_enable(state),
         None => {
             if let Some(d) = native() {
                 // SAFETY: native allocator call.

@@ -24,6 +24,7 @@ mod guard;
 mod header;
 mod iterate;
 mod leaks;
+mod lifecycle;
 mod log;
 mod log_file;
 mod mutex;

@@ -29,6 +29,12 @@ pub fn init(state_config: &crate::config::Config<'_>) -> bool {
     BUFFER.init(state_config.record_allocs_num_entries) && thread::init()
 }
 
+/// Undoes [`init`], completely or partly done, for a `debug_initialize` that gives up.
+pub fn release() {
+    thread::release();
+    BUFFER.release();
+}
+
 /// The monotonic clock in nanoseconds (entries' timestamps).
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec {
