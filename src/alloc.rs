@@ -401,7 +401,7 @@ pub fn free(cx: &Entered, pointer: *mut c_void) {
     // Before the block leaves the table, as the reference does: a heap dump the signal asked
     // for still lists the block being freed.
     crate::deferred::on_internal_malloc_or_free(state);
-    if verify::check_and_untrack(state, pointer, "free").is_none() {
+    if let verify::Release::Refused = verify::check_and_untrack(state, pointer, "free") {
         return;
     }
     // Recorded only once verified, with the block's present bytes from before the free.
@@ -457,11 +457,14 @@ fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, present: &mut i64)
     crate::deferred::on_internal_malloc_or_free(state);
     // From here on the old block is out of the live table (one lookup for the check and the
     // removal); every way out either frees it or tracks it again.
-    let Some(old_record) = verify::check_and_untrack(state, old, "realloc") else {
-        if recording {
-            *present = -2;
+    let old_record = match verify::check_and_untrack(state, old, "realloc") {
+        verify::Release::Refused => {
+            if recording {
+                *present = -2;
+            }
+            return null_mut();
         }
-        return null_mut();
+        released => released.record(),
     };
     if recording {
         *present = record::present_bytes(state, old);

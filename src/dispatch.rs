@@ -266,6 +266,53 @@ pub unsafe fn adopt(table: *const LibcDispatch) -> Option<&'static MallocDispatc
     Some(copy)
 }
 
+/// Unit tests: the test process's own allocator as the native table.
+#[cfg(test)]
+pub fn for_tests() -> &'static MallocDispatch {
+    unsafe extern "C" fn mallinfo() -> Mallinfo {
+        // SAFETY: an all-zero Mallinfo is a valid value of the plain integer struct.
+        unsafe { core::mem::zeroed() }
+    }
+    unsafe extern "C" fn no_iterate(
+        _: usize,
+        _: usize,
+        _: IterateCallback,
+        _: *mut c_void,
+    ) -> c_int {
+        0
+    }
+    unsafe extern "C" fn nothing() {}
+    unsafe extern "C" fn usable(p: *const c_void) -> usize {
+        // SAFETY: the caller's block of the test process's allocator.
+        unsafe { libc::malloc_usable_size(p.cast_mut()) }
+    }
+    unsafe extern "C" fn mallopt(_: c_int, _: c_int) -> c_int {
+        1
+    }
+    static TABLE: MallocDispatch = MallocDispatch {
+        calloc: libc::calloc,
+        free: libc::free,
+        mallinfo,
+        malloc: libc::malloc,
+        malloc_usable_size: usable,
+        memalign: libc::memalign,
+        posix_memalign: libc::posix_memalign,
+        #[cfg(target_pointer_width = "32")]
+        pvalloc: libc::pvalloc,
+        realloc: libc::realloc,
+        reallocarray: None,
+        #[cfg(target_pointer_width = "32")]
+        valloc: libc::valloc,
+        malloc_iterate: no_iterate,
+        malloc_disable: nothing,
+        malloc_enable: nothing,
+        mallopt,
+        aligned_alloc: libc::aligned_alloc,
+        malloc_info: no_malloc_info,
+    };
+    &TABLE
+}
+
 /// `mallopt` parameters the library issues itself (abi-and-dumps §3).
 pub const M_PURGE_ALL: c_int = -104;
 pub const M_LOG_STATS: c_int = -205;

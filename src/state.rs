@@ -91,3 +91,17 @@ pub unsafe fn publish(state: State) {
         STATE.store((*STORAGE.0.get()).as_mut_ptr(), Ordering::Release);
     }
 }
+
+/// Unit tests: a `State` with the given options over the test process's own allocator, never
+/// published (each test passes its own to the code under test).
+#[cfg(test)]
+pub fn for_tests(options: &'static str) -> &'static State {
+    static NOT_A_ZYGOTE_CHILD: u8 = 0;
+    let config = Config::parse(options.as_bytes()).expect("valid test options");
+    Box::leak(Box::new(State {
+        dispatch: crate::dispatch::for_tests(),
+        zygote_child: &NOT_A_ZYGOTE_CHILD,
+        config,
+        layout: Layout::new(&config),
+    }))
+}

@@ -305,3 +305,6 @@ pub fn restore(pointer: usize, record: Removed) {
 pub fn is_live(pointer: usize) -> bool {
     POINTERS.get(pointer).is_some()
 }
+
+#[cfg(test)]
+mod tests;
