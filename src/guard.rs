@@ -30,6 +30,7 @@ impl Guard<'_> {
     ///
     /// # Safety
     /// `pointer` is a header-mode block of `layout`, so its front guard is mapped and ours.
+    #[inline(always)]
     unsafe fn front(layout: &Layout, pointer: usize) -> Self {
         let start = pointer - layout.front_guard_bytes;
         Guard {
@@ -47,6 +48,7 @@ impl Guard<'_> {
     ///
     /// # Safety
     /// As for `front`; the rear guard follows the `size` user bytes.
+    #[inline(always)]
     unsafe fn rear(layout: &Layout, pointer: usize, size: usize) -> Self {
         Guard {
             which: "REAR",
@@ -59,6 +61,7 @@ impl Guard<'_> {
         }
     }
 
+    #[inline(always)]
     fn intact(&self) -> bool {
         crate::bytes::all_equal(self.bytes, self.expected)
     }
