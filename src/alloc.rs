@@ -4,7 +4,8 @@
 //! once at initialize (src/plan.rs).
 
 use crate::config::{FILL_ALLOC_BYTE, FILL_FREE_BYTE, MIN_ALIGN};
-use crate::entry::{Entered, crossing};
+use crate::crossing;
+use crate::entry::Entered;
 use crate::free_track;
 use crate::guard;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG, Header};
@@ -16,9 +17,7 @@ use crate::verify;
 use core::ffi::c_void;
 use core::ptr::null_mut;
 
-/// Bit 31 of a tracked size is the zygote-child flag, so no request may exceed it
-/// (docs/spec/allocation.md#size-limits-and-errno).
-pub const MAX_SIZE: usize = 0x7fff_ffff;
+pub use crate::header::MAX_SIZE;
 
 fn fail_nomem() -> *mut c_void {
     set_errno(libc::ENOMEM);
@@ -395,9 +394,12 @@ pub fn free(cx: &Entered, pointer: *mut c_void) {
     // Before the block leaves the table, as the reference does: a heap dump the signal asked
     // for still lists the block being freed.
     crate::deferred::on_internal_malloc_or_free(state);
-    let Some(removed) = verify::check_and_untrack(state, pointer, "free") else {
-        crossing::free_if_native(state.dispatch, pointer);
-        return;
+    let removed = match verify::check_and_untrack(state, pointer, "free") {
+        verify::Release::Refused => {
+            crossing::free_if_native(state.dispatch, pointer);
+            return;
+        }
+        released => released.record(),
     };
     let alloc_backtrace = removed.map_or(tracking::BT_OFF, |r| r.backtrace_id());
     // Recorded only once verified, with the block's present bytes from before the free.
@@ -467,14 +469,17 @@ fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, seen: &mut OldBloc
     crate::deferred::on_internal_malloc_or_free(state);
     // From here on the old block is out of the live table (one lookup for the check and the
     // removal); every way out either frees it or tracks it again.
-    let Some(old_record) = verify::check_and_untrack(state, old, "realloc") else {
-        if let Some(p) = crossing::realloc_if_native(state.dispatch, old, bytes) {
-            return p;
+    let old_record = match verify::check_and_untrack(state, old, "realloc") {
+        verify::Release::Refused => {
+            if let Some(p) = crossing::realloc_if_native(state.dispatch, old, bytes) {
+                return p;
+            }
+            if recording {
+                *seen = OldBlock::Rejected;
+            }
+            return null_mut();
         }
-        if recording {
-            *seen = OldBlock::Rejected;
-        }
-        return null_mut();
+        released => released.record(),
     };
     if recording {
         *seen = OldBlock::Present(record::present_bytes(state, old));

@@ -79,6 +79,24 @@ pub const MAX_RECORD_ALLOCS: usize = 50_000_000;
 pub const DEFAULT_BACKTRACE_DUMP_PREFIX: &[u8] = b"/data/local/tmp/backtrace_heap";
 pub const DEFAULT_RECORD_ALLOCS_FILE: &[u8] = b"/data/local/tmp/record_allocs.txt";
 
+impl Config<'static> {
+    /// Android writes dumps and records under `/data/local/tmp`. A host without that directory
+    /// gets the same file names under `/tmp` (docs/spec/abi.md#the-glibc-front); explicit paths
+    /// are never changed.
+    pub fn localize_default_paths(mut self) -> Self {
+        if cfg!(target_os = "android") || crate::platform::data_local_tmp_exists() {
+            return self;
+        }
+        if self.backtrace_dump_prefix == DEFAULT_BACKTRACE_DUMP_PREFIX {
+            self.backtrace_dump_prefix = b"/tmp/backtrace_heap";
+        }
+        if self.record_allocs_file == DEFAULT_RECORD_ALLOCS_FILE {
+            self.record_allocs_file = b"/tmp/record_allocs.txt";
+        }
+        self
+    }
+}
+
 /// `SIGRTMAX` on Android and Linux (docs/spec/options.md#signals). `libc::SIGRTMAX()` is a
 /// function, so the signal numbers are fixed here instead of computed.
 const SIGRTMAX: i32 = 64;

@@ -231,54 +231,6 @@ pub unsafe fn read(table: *const LibcDispatch, layout: TableLayout) -> Option<Ma
     })
 }
 
-/// The host's own allocator as a dispatch table, for in-process unit tests of the layers above
-/// (glibc has no malloc_iterate/disable/enable: those entries do nothing).
-#[cfg(test)]
-pub fn host_for_test() -> MallocDispatch {
-    unsafe extern "C" fn no_iterate(
-        _: usize,
-        _: usize,
-        _: IterateCallback,
-        _: *mut c_void,
-    ) -> c_int {
-        -1
-    }
-    unsafe extern "C" fn nothing() {}
-    MallocDispatch {
-        calloc: libc::calloc,
-        free: libc::free,
-        mallinfo: no_mallinfo_for_test,
-        malloc: libc::malloc,
-        malloc_usable_size: {
-            unsafe extern "C" fn usable(p: *const c_void) -> usize {
-                // SAFETY: the caller passes a live block of the same allocator.
-                unsafe { libc::malloc_usable_size(p.cast_mut()) }
-            }
-            usable
-        },
-        memalign: libc::memalign,
-        posix_memalign: libc::posix_memalign,
-        #[cfg(target_pointer_width = "32")]
-        pvalloc: libc::pvalloc,
-        realloc: libc::realloc,
-        reallocarray: None,
-        #[cfg(target_pointer_width = "32")]
-        valloc: libc::valloc,
-        malloc_iterate: no_iterate,
-        malloc_disable: nothing,
-        malloc_enable: nothing,
-        mallopt: libc::mallopt,
-        aligned_alloc: libc::aligned_alloc,
-        malloc_info: no_malloc_info,
-    }
-}
-
-#[cfg(test)]
-unsafe extern "C" fn no_mallinfo_for_test() -> Mallinfo {
-    // SAFETY: Mallinfo is plain integers, valid all zero.
-    unsafe { core::mem::zeroed() }
-}
-
 /// Android 9's missing `malloc_info` (its libc never calls ours there).
 unsafe extern "C" fn no_malloc_info(_options: c_int, _fp: *mut libc::FILE) -> c_int {
     crate::platform::set_errno(libc::ENOTSUP);
@@ -312,6 +264,53 @@ pub unsafe fn adopt(table: *const LibcDispatch) -> Option<&'static MallocDispatc
     let copy = unsafe { (*ADOPTED.0.get()).write(copy) };
     ADOPTED_FROM.store(table.cast_mut(), Ordering::Release);
     Some(copy)
+}
+
+/// Unit tests: the test process's own allocator as the native table.
+#[cfg(test)]
+pub fn for_tests() -> &'static MallocDispatch {
+    unsafe extern "C" fn mallinfo() -> Mallinfo {
+        // SAFETY: an all-zero Mallinfo is a valid value of the plain integer struct.
+        unsafe { core::mem::zeroed() }
+    }
+    unsafe extern "C" fn no_iterate(
+        _: usize,
+        _: usize,
+        _: IterateCallback,
+        _: *mut c_void,
+    ) -> c_int {
+        0
+    }
+    unsafe extern "C" fn nothing() {}
+    unsafe extern "C" fn usable(p: *const c_void) -> usize {
+        // SAFETY: the caller's block of the test process's allocator.
+        unsafe { libc::malloc_usable_size(p.cast_mut()) }
+    }
+    unsafe extern "C" fn mallopt(_: c_int, _: c_int) -> c_int {
+        1
+    }
+    static TABLE: MallocDispatch = MallocDispatch {
+        calloc: libc::calloc,
+        free: libc::free,
+        mallinfo,
+        malloc: libc::malloc,
+        malloc_usable_size: usable,
+        memalign: libc::memalign,
+        posix_memalign: libc::posix_memalign,
+        #[cfg(target_pointer_width = "32")]
+        pvalloc: libc::pvalloc,
+        realloc: libc::realloc,
+        reallocarray: None,
+        #[cfg(target_pointer_width = "32")]
+        valloc: libc::valloc,
+        malloc_iterate: no_iterate,
+        malloc_disable: nothing,
+        malloc_enable: nothing,
+        mallopt,
+        aligned_alloc: libc::aligned_alloc,
+        malloc_info: no_malloc_info,
+    };
+    &TABLE
 }
 
 /// `mallopt` parameters the library issues itself (docs/spec/abi.md#mallocdispatch).

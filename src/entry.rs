@@ -5,8 +5,6 @@
 //! blocked only around the slow paths that take a lock or run foreign code (see
 //! `sync::DisabledScope` and docs/design.md, "The signal-33 rule").
 
-pub mod crossing;
-
 use crate::backtrace::Origin;
 use crate::state::{self, State};
 use crate::sync::{self, DisabledScope, GateGuard};
@@ -77,7 +75,7 @@ pub fn enter_for_test(state: &'static State) -> Entered {
 /// caller's code and may legitimately allocate). The thread that closed the gate with
 /// `malloc_disable` passes without it (`None` guard).
 pub fn enter_gate_only() -> Option<(&'static State, Option<GateGuard>)> {
-    if crate::iterate::disabled_by_this_thread() {
+    if sync::disabled_by_this_thread() {
         return Some((state::get()?, None));
     }
     if sync::debug_calls_disabled() {

@@ -9,8 +9,9 @@
 
 use crate::alloc;
 use crate::config::bits;
+use crate::crossing;
 use crate::dispatch::{IterateCallback, LibcDispatch, M_PURGE_ALL, Mallinfo, MallocDispatch};
-use crate::entry::{self, Entered, crossing};
+use crate::entry::{self, Entered};
 use crate::log::log_error;
 use crate::platform::{self, keeping_errno};
 use crate::state;
@@ -29,18 +30,20 @@ pub unsafe extern "C" fn debug_initialize(
     zygote_child: *mut bool,
     options: *const c_char,
 ) -> bool {
-    // SAFETY: forwarded contract of debug_initialize (see state::initialize).
-    keeping_errno(|| unsafe { state::initialize(dispatch, zygote_child.cast::<u8>(), options) })
+    // SAFETY: forwarded contract of debug_initialize (see lifecycle::initialize).
+    keeping_errno(|| unsafe {
+        crate::lifecycle::initialize(dispatch, zygote_child.cast::<u8>(), options)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_finalize() {
     // The exit report's scan for unreachable blocks starts at this frame, with the caller's
-    // callee-saved registers spilled here: everything below is the library's own (state::finalize
+    // callee-saved registers spilled here: everything below is the library's own (lifecycle::finalize
     // alone keeps kilobytes of stack whose dead slots may hold stale heap addresses).
     let mut spilled = [0usize; 16];
     let stack_from = crate::unreachable::classify::stack_top(&mut spilled);
-    keeping_errno(|| state::finalize(stack_from));
+    keeping_errno(|| crate::lifecycle::finalize(stack_from));
     core::hint::black_box(&spilled);
 }
 
@@ -215,7 +218,7 @@ pub unsafe extern "C" fn debug_malloc_info(options: c_int, fp: *mut libc::FILE) 
     match cx {
         Some(cx) if cx.state.has(bits::TRACK_ALLOCS) => {
             let saved = platform::errno();
-            let rc = crate::report::malloc_info(&cx, fp);
+            let rc = crate::report::malloc_info(cx.state, fp);
             if rc == 0 {
                 platform::set_errno(saved);
             }
@@ -261,7 +264,7 @@ pub unsafe extern "C" fn debug_iterate(
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_malloc_disable() {
     match crate::state::get().filter(|_| !crate::sync::debug_calls_disabled()) {
-        Some(state) => crate::iterate::malloc_disable(state),
+        Some(state) => crate::lifecycle::malloc_disable(state),
         None => {
             if let Some(d) = native() {
                 // SAFETY: native allocator call.
@@ -273,9 +276,9 @@ pub extern "C" fn debug_malloc_disable() {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn debug_malloc_enable() {
-    let disabler = crate::iterate::disabled_by_this_thread();
+    let disabler = crate::sync::disabled_by_this_thread();
     match crate::state::get().filter(|_| disabler || !crate::sync::debug_calls_disabled()) {
-        Some(state) => crate::iterate::malloc_enable(state),
+        Some(state) => crate::lifecycle::malloc_enable(state),
         None => {
             if let Some(d) = native() {
                 // SAFETY: native allocator call.
@@ -295,7 +298,7 @@ pub unsafe extern "C" fn debug_malloc_backtrace(
         return 0;
     }
     let Some(cx) = entry::enter() else { return 0 };
-    keeping_errno(|| crate::report::malloc_backtrace(&cx, pointer, frames, max_frames))
+    keeping_errno(|| crate::report::malloc_backtrace(cx.state, pointer, frames, max_frames))
 }
 
 #[unsafe(no_mangle)]
@@ -326,7 +329,7 @@ pub unsafe extern "C" fn debug_get_malloc_leak_info(
             backtrace_size: &mut *backtrace_size,
         }
     };
-    keeping_errno(|| crate::report::get_malloc_leak_info(&cx, out));
+    keeping_errno(|| crate::report::get_malloc_leak_info(cx.state, out));
 }
 
 #[unsafe(no_mangle)]
@@ -350,7 +353,7 @@ pub unsafe extern "C" fn debug_write_malloc_leak_info(fp: *mut libc::FILE) -> bo
         return false;
     };
     let saved = platform::errno();
-    let written = crate::report::write_malloc_leak_info(&cx, fp);
+    let written = crate::report::write_malloc_leak_info(cx.state, fp);
     if written {
         platform::set_errno(saved);
     }
@@ -367,5 +370,5 @@ pub unsafe extern "C" fn debug_dump_heap(file_name: *const c_char) {
     }
     // SAFETY: the caller passes a NUL-terminated path.
     let name = unsafe { crate::fmt::c_str_bytes(file_name) };
-    keeping_errno(|| crate::report::dump_heap(&cx, name));
+    keeping_errno(|| crate::report::dump_heap(cx.state, name));
 }

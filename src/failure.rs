@@ -6,6 +6,27 @@ use crate::backtrace;
 use crate::config::bits;
 use crate::log::{DIVIDER, log_error};
 use crate::state::State;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Lines an extension adds after a report's closing divider (the `error_backtraces` extension's
+/// allocation backtrace, src/error_context.rs).
+pub type Epilogue = fn(&State, usize, u32);
+
+/// Set once by initialize (src/lifecycle.rs) when the extension is on: a function pointer, so
+/// that reports know nothing of the modules above them.
+static EPILOGUE: AtomicUsize = AtomicUsize::new(0);
+
+pub fn set_epilogue(epilogue: Epilogue) {
+    EPILOGUE.store(epilogue as usize, Ordering::Release);
+}
+
+fn epilogue() -> Option<Epilogue> {
+    match EPILOGUE.load(Ordering::Acquire) {
+        0 => None,
+        // SAFETY: a non-zero value was stored from an `Epilogue` by `set_epilogue`.
+        f => Some(unsafe { core::mem::transmute::<usize, Epilogue>(f) }),
+    }
+}
 
 pub fn divider() {
     log_error!("{}", DIVIDER);
@@ -47,7 +68,9 @@ pub fn log_interned_backtrace(state: &State, id: u32) {
 /// so.
 pub fn end_report_of(state: &State, pointer: usize, alloc_backtrace: u32) {
     divider();
-    crate::error_context::log_allocation(state, pointer, alloc_backtrace);
+    if let Some(epilogue) = epilogue() {
+        epilogue(state, pointer, alloc_backtrace);
+    }
     crate::error_marker::error_reported(state);
     abort_if_configured(state);
 }

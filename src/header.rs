@@ -12,6 +12,10 @@
 
 use crate::config::{Config, MIN_ALIGN, bits};
 
+/// Bit 31 of a tracked size is the zygote-child flag, so no request may exceed it
+/// (docs/spec/allocation.md#size-limits-and-errno).
+pub const MAX_SIZE: usize = 0x7fff_ffff;
+
 pub const DEBUG_TAG: u32 = 0x1ee7_d00d;
 pub const DEBUG_FREE_TAG: u32 = 0x1cc7_dccd;
 

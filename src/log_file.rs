@@ -49,6 +49,18 @@ pub fn open(path: &'static [u8]) {
     }
 }
 
+/// Undoes [`open`] for a `debug_initialize` that gives up later: the log goes back to stderr,
+/// and the path (in the options' copy, which the failed initialisation frees) is forgotten.
+pub fn close() {
+    PATH_LEN.store(0, Ordering::Release);
+    PATH.store(0, Ordering::Relaxed);
+    let fd = FD.swap(NONE, Ordering::AcqRel);
+    if fd != NONE && is_ours(fd) {
+        // SAFETY: the descriptor `open` opened, still ours (same device and inode).
+        unsafe { libc::close(fd) };
+    }
+}
+
 /// The log sink's host output: to the log file when one is open, else to stderr.
 pub fn write_or_stderr(bytes: &[u8]) {
     let fd = FD.load(Ordering::Acquire);

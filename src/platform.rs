@@ -187,26 +187,9 @@ pub fn abort_with_message(msg: &str) -> ! {
     unsafe { libc::abort() }
 }
 
-/// Android writes dumps and records under `/data/local/tmp`. A host without that directory gets
-/// the same file names under `/tmp` (docs/spec/abi.md#the-glibc-front); explicit paths are never
-/// changed.
-pub fn localize_default_paths(
-    mut config: crate::config::Config<'static>,
-) -> crate::config::Config<'static> {
-    use crate::config::{DEFAULT_BACKTRACE_DUMP_PREFIX, DEFAULT_RECORD_ALLOCS_FILE};
-    if cfg!(target_os = "android") || data_local_tmp_exists() {
-        return config;
-    }
-    if config.backtrace_dump_prefix == DEFAULT_BACKTRACE_DUMP_PREFIX {
-        config.backtrace_dump_prefix = b"/tmp/backtrace_heap";
-    }
-    if config.record_allocs_file == DEFAULT_RECORD_ALLOCS_FILE {
-        config.record_allocs_file = b"/tmp/record_allocs.txt";
-    }
-    config
-}
-
-fn data_local_tmp_exists() -> bool {
+/// Does `/data/local/tmp` exist (where Android writes dumps and records)? See
+/// `Config::localize_default_paths`.
+pub fn data_local_tmp_exists() -> bool {
     // SAFETY: NUL-terminated literal path.
     unsafe { libc::access(c"/data/local/tmp".as_ptr(), libc::F_OK) == 0 }
 }
@@ -233,4 +216,24 @@ pub fn build_fingerprint(out: &mut dyn FnMut(&[u8])) {
         }
     }
     out(b"unknown");
+}
+
+/// Reads 4 bytes at an address that may not be mapped, without faulting.
+pub fn read_foreign_u32(address: usize) -> Option<u32> {
+    let mut value = 0u32;
+    let local = libc::iovec {
+        iov_base: (&mut value as *mut u32).cast(),
+        iov_len: 4,
+    };
+    let remote = libc::iovec {
+        iov_base: address as *mut libc::c_void,
+        iov_len: 4,
+    };
+    // SAFETY: the kernel copies from our own address space and reports EFAULT instead of
+    // faulting; `local` points at a live u32. A failed read is an answer here, not the caller's
+    // error: errno stays as it was.
+    let n = crate::platform::keeping_errno(|| unsafe {
+        libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0)
+    });
+    (n == 4).then_some(value)
 }

@@ -1,11 +1,14 @@
 //! Queries that report on live allocations: leak info, `malloc_backtrace`, `malloc_info`, heap
 //! dumps (docs/spec/abi.md#leak-info to
 //! docs/spec/abi.md#malloc_iterate-malloc_disable-malloc_enable).
+//!
+//! The exported queries are called inside an entered call (`entry::enter`: gate held, thread
+//! marked); they take the published state as plain data, so this module knows nothing of the
+//! entry layer above it (docs/design.md, "Layers").
 
 use crate::backtrace;
 use crate::config::bits;
 use crate::dispatch::M_PURGE_ALL;
-use crate::entry::Entered;
 use crate::fmt::{Bytes, StackBuf};
 use crate::log::log_error;
 use crate::output::{FdWriter, OutputFile};
@@ -52,13 +55,12 @@ fn unique<'a>(records: impl Iterator<Item = &'a Record>) -> impl Iterator<Item =
     })
 }
 
-pub fn get_malloc_leak_info(cx: &Entered, out: LeakInfoOut<'_>) {
+pub fn get_malloc_leak_info(state: &State, out: LeakInfoOut<'_>) {
     *out.info = core::ptr::null_mut();
     *out.overall_size = 0;
     *out.info_size = 0;
     *out.total_memory = 0;
     *out.backtrace_size = 0;
-    let state = cx.state;
     if !state.has(bits::BACKTRACE) {
         log_error!(
             "get_malloc_leak_info: Allocations not being tracked, to enable set the option 'backtrace'."
@@ -112,12 +114,12 @@ pub fn get_malloc_leak_info(cx: &Entered, out: LeakInfoOut<'_>) {
 }
 
 pub fn malloc_backtrace(
-    cx: &Entered,
+    state: &State,
     pointer: *mut c_void,
     frames: *mut usize,
     max: usize,
 ) -> isize {
-    if !cx.state.has(bits::BACKTRACE) || frames.is_null() {
+    if !state.has(bits::BACKTRACE) || frames.is_null() {
         return 0;
     }
     // arm64 libc hands this pointer over still tagged (docs/spec/abi.md#malloc_backtrace).
@@ -151,8 +153,8 @@ fn untag(pointer: usize) -> usize {
 /// holds (not bytes). As in the reference, the zygote flag is not compared: the runs are separate
 /// unless the smallest non-zygote size equals the largest zygote size, where the sorted list puts
 /// the two side by side and they make one run.
-pub fn malloc_info(cx: &Entered, fp: *mut libc::FILE) -> c_int {
-    let _ = cx;
+pub fn malloc_info(state: &State, fp: *mut libc::FILE) -> c_int {
+    let _ = state;
     // The call succeeds: errno stays as it was (the stream calls below may set it).
     let saved_errno = crate::platform::errno();
     // SAFETY: the caller's stream (null is refused by `for_stream`).
@@ -178,20 +180,20 @@ pub fn malloc_info(cx: &Entered, fp: *mut libc::FILE) -> c_int {
 
 /// `write_malloc_leak_info(FILE*)`: the dump body on the FILE's descriptor
 /// (docs/spec/abi.md#heap-dump).
-pub fn write_malloc_leak_info(cx: &Entered, fp: *mut libc::FILE) -> bool {
-    if !cx.state.has(bits::BACKTRACE) || fp.is_null() {
+pub fn write_malloc_leak_info(state: &State, fp: *mut libc::FILE) -> bool {
+    if !state.has(bits::BACKTRACE) || fp.is_null() {
         return false;
     }
     // SAFETY: the caller's non-null stream.
     let mut w = unsafe { FdWriter::for_stream(fp) };
-    write_dump(cx.state, &mut w);
+    write_dump(state, &mut w);
     w.flush();
-    purge(cx.state);
+    purge(state);
     true
 }
 
-pub fn dump_heap(cx: &Entered, file_name: &[u8]) {
-    dump_heap_to(cx.state, file_name);
+pub fn dump_heap(state: &State, file_name: &[u8]) {
+    dump_heap_to(state, file_name);
 }
 
 /// SIGRTMAX-17: `<prefix>.<pid>.txt`. Out of line: it is rare and its frame is large.

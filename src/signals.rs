@@ -8,7 +8,8 @@ use crate::config::{Config, bits};
 use crate::fmt::Bytes;
 use crate::log::{log_error, log_info};
 use crate::platform;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Whether allocation-time backtraces are being captured now (toggled by SIGRTMAX-19).
 pub static BACKTRACE_ENABLED: AtomicBool = AtomicBool::new(false);
@@ -67,12 +68,24 @@ const SIGNAL_ACTIONS: [SignalAction; 5] = [
     },
 ];
 
+/// Which of `SIGNAL_ACTIONS` are installed (bit i: action i), and the actions they replaced,
+/// for [`uninstall`]. Written only by the initialising thread (the lifecycle lets one call in).
+static INSTALLED: AtomicU8 = AtomicU8::new(0);
+struct Previous(UnsafeCell<[Option<(i32, libc::sigaction)>; SIGNAL_ACTIONS.len()]>);
+// SAFETY: only the single initialising call (src/lifecycle.rs) reads or writes it.
+unsafe impl Sync for Previous {}
+static PREVIOUS: Previous = Previous(UnsafeCell::new([None; SIGNAL_ACTIONS.len()]));
+
 /// Installs the handlers the options ask for, logging the verbose lines. On failure logs
-/// `Unable to set up <what>: <strerror>` and returns false.
+/// `Unable to set up <what>: <strerror>` and returns false (the handlers installed before it
+/// stay until [`uninstall`]).
 pub fn install(config: &Config) -> bool {
-    for action in SIGNAL_ACTIONS.iter().filter(|a| (a.wanted)(config)) {
+    for (i, action) in SIGNAL_ACTIONS.iter().enumerate() {
+        if !(action.wanted)(config) {
+            continue;
+        }
         let signal = (action.signal)(config);
-        if let Err(errno) = install_handler(signal, action.handler) {
+        if let Err(errno) = install_handler(i, signal, action.handler) {
             log_error!(
                 "Unable to set up {}: {}",
                 action.what,
@@ -93,7 +106,23 @@ pub fn install(config: &Config) -> bool {
     true
 }
 
+/// Undoes [`install`] for a `debug_initialize` that gives up later: every handler it installed
+/// is replaced by the action it replaced, and the backtrace toggle is off again.
+pub fn uninstall() {
+    let installed = INSTALLED.swap(0, Ordering::AcqRel);
+    // SAFETY: the initialising call is the only one that touches PREVIOUS (see its type).
+    let previous = unsafe { &mut *PREVIOUS.0.get() };
+    for (i, slot) in previous.iter_mut().enumerate() {
+        if let Some((signal, old)) = slot.take().filter(|_| installed & (1 << i) != 0) {
+            // SAFETY: `old` is the action sigaction returned for this signal.
+            unsafe { libc::sigaction(signal, &old, core::ptr::null_mut()) };
+        }
+    }
+    BACKTRACE_ENABLED.store(false, Ordering::SeqCst);
+}
+
 fn install_handler(
+    index: usize,
     signal: i32,
     handler: extern "C" fn(i32, *mut libc::siginfo_t, *mut core::ffi::c_void),
 ) -> Result<(), i32> {
@@ -101,10 +130,15 @@ fn install_handler(
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = handler as usize;
     sa.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO | libc::SA_ONSTACK;
-    // SAFETY: `sa` is fully initialised; the old action is not needed.
-    if unsafe { libc::sigaction(signal, &sa, core::ptr::null_mut()) } != 0 {
+    // SAFETY: as above; sigaction fills it in on success.
+    let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+    // SAFETY: `sa` is fully initialised and `old` is a valid out-parameter.
+    if unsafe { libc::sigaction(signal, &sa, &mut old) } != 0 {
         return Err(platform::errno());
     }
+    // SAFETY: the initialising call is the only one that touches PREVIOUS (see its type).
+    unsafe { (*PREVIOUS.0.get())[index] = Some((signal, old)) };
+    INSTALLED.fetch_or(1 << index, Ordering::AcqRel);
     Ok(())
 }
 

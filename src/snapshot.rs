@@ -1,4 +1,4 @@
-//! A sorted copy of the live-pointer table, for leak reports, heap dumps, leak info and
+//! A sorted copy of the live table, for leak reports, heap dumps, leak info and
 //! malloc_info (docs/spec/abi.md#list-order-and-merging). Copied under the table's locks into
 //! mmap'd memory, then sorted and used without holding any lock.
 

@@ -67,6 +67,18 @@ pub fn load(path: &[u8]) {
     FILE_LEN.store(text.len(), Ordering::Release);
 }
 
+/// Undoes [`load`] for a `debug_initialize` that gives up later: forgets the rules and gives
+/// the file's mapping back.
+pub fn unload() {
+    FILE_LEN.store(0, Ordering::Release);
+    let text = FILE_TEXT.swap(0, Ordering::AcqRel);
+    if let Some(text) = core::ptr::NonNull::new(text as *mut u8) {
+        // SAFETY: `read_file`'s mapping of MAX_FILE bytes; nothing reads it before initialize
+        // succeeds, and it has not.
+        unsafe { crate::pages::unmap(text, MAX_FILE) };
+    }
+}
+
 fn read_file(path: &[u8]) -> Option<&'static [u8]> {
     let mut c_path = StackBuf::<4096>::new();
     c_path.push_bytes(path);

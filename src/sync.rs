@@ -381,6 +381,45 @@ pub fn forked_in_child() {
     FORKING_INSIDE.store(0, Ordering::SeqCst);
 }
 
+// ---------------------------------------------------------------------------------------------
+// malloc_disable's hold on the gate
+
+/// The thread that closed the gate through malloc_disable (0: none): it passes the closed gate
+/// (`entry::enter_gate_only`) and reopens it with malloc_enable.
+static DISABLED_BY: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+/// Its `DisabledScope`, kept until malloc_enable.
+static DISABLE_SCOPE: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+
+pub fn disabled_by_this_thread() -> bool {
+    let by = DISABLED_BY.load(Ordering::Acquire);
+    by != 0 && by == crate::platform::gettid()
+}
+
+/// Records the calling thread, which has closed the gate inside `scope`, as the disabler.
+pub fn hold_disabled(scope: DisabledScope) {
+    DISABLE_SCOPE.store(scope.into_raw(), Ordering::Relaxed);
+    DISABLED_BY.store(crate::platform::gettid(), Ordering::Release);
+}
+
+/// If the calling thread is the disabler: forgets it and gives back its scope (the caller opens
+/// the gate, then drops the scope).
+pub fn release_disabled() -> Option<DisabledScope> {
+    if !disabled_by_this_thread() {
+        return None;
+    }
+    DISABLED_BY.store(0, Ordering::Release);
+    Some(DisabledScope::from_raw(
+        DISABLE_SCOPE.load(Ordering::Relaxed),
+    ))
+}
+
+/// Fork child: a disabling thread of the parent does not exist here.
+pub fn reset_disabled_in_child() {
+    if !disabled_by_this_thread() {
+        DISABLED_BY.store(0, Ordering::Release);
+    }
+}
+
 fn wait_a_moment() {
     // SAFETY: sched_yield has no preconditions.
     unsafe { libc::sched_yield() };

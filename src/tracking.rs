@@ -9,6 +9,26 @@ use crate::state::State;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
+/// Marks backtrace ids that a module above this one keeps in use outside the live table (the
+/// `error_backtraces` extension's held free_track blocks, src/error_context.rs).
+pub type MarkInUse = fn(&mut dyn FnMut(u32));
+
+/// Set once by initialize (src/lifecycle.rs) when a feature needs it; a function pointer so that
+/// the live table's collections know nothing of the modules above them.
+static IN_USE_ELSEWHERE: AtomicUsize = AtomicUsize::new(0);
+
+pub fn set_in_use_elsewhere(mark: MarkInUse) {
+    IN_USE_ELSEWHERE.store(mark as usize, Ordering::Release);
+}
+
+fn in_use_elsewhere() -> Option<MarkInUse> {
+    match IN_USE_ELSEWHERE.load(Ordering::Acquire) {
+        0 => None,
+        // SAFETY: a non-zero value was stored from a `MarkInUse` by `set_in_use_elsewhere`.
+        f => Some(unsafe { core::mem::transmute::<usize, MarkInUse>(f) }),
+    }
+}
+
 /// Old tables are unmapped once every call that was inside the library when they were replaced
 /// has left (see `pointers`' module doc).
 pub static POINTERS: PointerTable =
@@ -87,7 +107,7 @@ impl FrameBuffer {
 /// Records a live allocation of `size` bytes at `pointer`. Adds nothing (and says so once in
 /// the log) when the table cannot grow.
 pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
-    let mut stored = size.min(crate::alloc::MAX_SIZE) as u32;
+    let mut stored = size.min(crate::header::MAX_SIZE) as u32;
     if state.zygote_child() {
         stored |= ZYGOTE_BIT;
     }
@@ -117,7 +137,7 @@ fn add(key: Key, info: Info) -> bool {
 
 /// Set for good once an allocation could not be added to the live table (out of memory): from
 /// then on a block the table does not know may still be one of ours, and is freed as one
-/// instead of being reported (`verify`, `entry::crossing::untracked_ours`).
+/// instead of being reported (`verify`, `crossing::untracked_ours`).
 static INCOMPLETE: AtomicBool = AtomicBool::new(false);
 
 /// True once some allocation went untracked.
@@ -230,7 +250,9 @@ fn collect() {
                     mark(info.backtrace_id);
                 }
             });
-            crate::error_context::mark_queued(mark);
+            if let Some(mark_more) = in_use_elsewhere() {
+                mark_more(mark);
+            }
         });
         EPOCH.fetch_add(1, Ordering::SeqCst);
     } else {
@@ -306,3 +328,6 @@ pub fn is_live(pointer: usize) -> bool {
 pub fn backtrace_of(pointer: usize) -> Option<u32> {
     POINTERS.get(pointer).map(|info| info.backtrace_id)
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,13 +6,14 @@
 //! cleanly on unmapped memory: however wild the pointer, the check itself never faults.
 
 use crate::config::bits;
-use crate::entry::crossing;
+use crate::crossing;
 use crate::failure;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG};
 use crate::log::log_error;
 use crate::state::State;
 use crate::tracking;
 
+#[cfg_attr(test, derive(Debug, PartialEq))]
 enum Problem {
     UsedAfterFree,
     InvalidTag(u32),
@@ -82,39 +83,57 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
     failure::end_report_of(state, pointer, alloc_backtrace);
 }
 
+/// What [`check_and_untrack`] decided about a block being freed or reallocated.
+pub enum Release {
+    /// The pointer is bad and has been reported: the call must not go on (the block, if it is
+    /// one, stays allocated and tracked).
+    Refused,
+    /// The pointer may be released; nothing tracks allocations, so there was no record to take.
+    Allowed,
+    /// The pointer may be released and has left the live table: its record, to put back if the
+    /// call ends up keeping the block.
+    Untracked(tracking::Removed),
+}
+
+impl Release {
+    /// The record taken out of the live table, if any.
+    pub fn record(self) -> Option<tracking::Removed> {
+        match self {
+            Release::Untracked(record) => Some(record),
+            Release::Refused | Release::Allowed => None,
+        }
+    }
+}
+
 /// `check` for free: a live tracked pointer also leaves the table, in the same lookup (one
-/// shard lock and probe per free instead of two). `None`: reported (or a native block, which
-/// `entry::crossing` hands back), the call must not go on; `Some(record)`: go on, with the
-/// table's record of the block (`None` when nothing tracks it: tracking off, or an untracked
-/// block of ours once the table could not grow).
+/// shard lock and probe per free instead of two). `Refused` also for a native block handed to a
+/// marked thread, which `entry::crossing` hands back; `Allowed` also for an untracked block of
+/// ours once the table could not grow.
 #[inline(always)]
-pub fn check_and_untrack(
-    state: &State,
-    pointer: usize,
-    function: &str,
-) -> Option<Option<tracking::Removed>> {
+pub fn check_and_untrack(state: &State, pointer: usize, function: &str) -> Release {
     if !state.has(bits::TRACK_ALLOCS) {
-        return check(state, pointer, function).then_some(None);
+        return if check(state, pointer, function) {
+            Release::Allowed
+        } else {
+            Release::Refused
+        };
     }
     untrack_checked(state, pointer, function)
 }
 
 #[inline(never)]
-fn untrack_checked(
-    state: &State,
-    pointer: usize,
-    function: &str,
-) -> Option<Option<tracking::Removed>> {
+fn untrack_checked(state: &State, pointer: usize, function: &str) -> Release {
     let taken = tracking::untrack(pointer);
-    match classify(state, pointer, taken.is_some()) {
-        None => Some(taken),
-        Some(problem) => {
+    match (classify(state, pointer, taken.is_some()), taken) {
+        (None, Some(record)) => Release::Untracked(record),
+        (None, None) => Release::Allowed,
+        (Some(problem), taken) => {
             // Left exactly as found: the block stays allocated and tracked.
             if let Some(record) = taken {
                 tracking::restore(pointer, record);
             }
             report(state, pointer, function, problem);
-            None
+            Release::Refused
         }
     }
 }
@@ -156,7 +175,7 @@ fn classify(state: &State, pointer: usize, live: bool) -> Option<Problem> {
         // SAFETY: a live allocation of ours: its header is mapped and ours.
         Some(unsafe { core::ptr::addr_of!((*header).tag).read_unaligned() })
     } else {
-        read_foreign_u32(header as usize)
+        crate::platform::read_foreign_u32(header as usize)
     };
     match tag {
         Some(DEBUG_TAG) if live => None,
@@ -166,22 +185,112 @@ fn classify(state: &State, pointer: usize, live: bool) -> Option<Problem> {
     }
 }
 
-/// Reads 4 bytes at an address that may not be mapped, without faulting.
-pub(crate) fn read_foreign_u32(address: usize) -> Option<u32> {
-    let mut value = 0u32;
-    let local = libc::iovec {
-        iov_base: (&mut value as *mut u32).cast(),
-        iov_len: 4,
-    };
-    let remote = libc::iovec {
-        iov_base: address as *mut libc::c_void,
-        iov_len: 4,
-    };
-    // SAFETY: the kernel copies from our own address space and reports EFAULT instead of
-    // faulting; `local` points at a live u32. A failed read is an answer here, not the caller's
-    // error: errno stays as it was.
-    let n = crate::platform::keeping_errno(|| unsafe {
-        libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0)
-    });
-    (n == 4).then_some(value)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::Header;
+
+    /// A block laid out as header mode lays it out, over test memory: the user pointer, and
+    /// the memory that holds the header in front of it.
+    struct Block {
+        memory: Vec<u64>,
+        pointer: usize,
+    }
+
+    impl Block {
+        fn new(state: &State, tag: u32) -> Block {
+            let mut memory = vec![0u64; 64];
+            let pointer = memory.as_mut_ptr() as usize + state.layout.pointer_offset;
+            // SAFETY: the header lies inside `memory`, in front of the user pointer.
+            unsafe {
+                core::ptr::addr_of_mut!((*state.layout.header_of(pointer)).tag).write_unaligned(tag)
+            };
+            Block { memory, pointer }
+        }
+    }
+
+    #[test]
+    fn without_headers_only_the_live_table_decides() {
+        let state = crate::state::for_tests("leak_track");
+        assert!(!state.layout.header);
+        assert_eq!(classify(state, 0x1000, true), None);
+        assert_eq!(classify(state, 0x1000, false), Some(Problem::Unknown));
+    }
+
+    #[test]
+    fn with_headers_the_tag_names_the_problem() {
+        let state = crate::state::for_tests("guard");
+        assert!(state.layout.header);
+        assert!(size_of::<Header>() <= state.layout.pointer_offset);
+        let live = Block::new(state, DEBUG_TAG);
+        assert_eq!(classify(state, live.pointer, true), None);
+        // Our tag on a block the table does not hold: not ours to free.
+        assert_eq!(classify(state, live.pointer, false), Some(Problem::Unknown));
+        let freed = Block::new(state, DEBUG_FREE_TAG);
+        assert_eq!(
+            classify(state, freed.pointer, false),
+            Some(Problem::UsedAfterFree)
+        );
+        let foreign = Block::new(state, 0x1234_5678);
+        assert_eq!(
+            classify(state, foreign.pointer, false),
+            Some(Problem::InvalidTag(0x1234_5678))
+        );
+        assert!(live.memory.len() + freed.memory.len() + foreign.memory.len() > 0);
+    }
+
+    #[test]
+    fn a_wild_pointer_is_classified_without_a_fault() {
+        let state = crate::state::for_tests("guard");
+        // SAFETY: a fresh private mapping, given back at once: its addresses are unmapped.
+        let gone = unsafe {
+            let p = libc::mmap(
+                core::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            libc::munmap(p, 4096);
+            p as usize
+        };
+        assert_eq!(crate::platform::read_foreign_u32(gone), None);
+        assert_eq!(classify(state, gone + 2048, false), Some(Problem::Unknown));
+        let value = 0xdead_beef_u32;
+        assert_eq!(
+            crate::platform::read_foreign_u32(&value as *const u32 as usize),
+            Some(value)
+        );
+    }
+
+    #[test]
+    fn release_names_each_outcome() {
+        // Nothing tracked, no header: nothing to check.
+        let plain = crate::state::for_tests("");
+        assert!(matches!(
+            check_and_untrack(plain, 0x1000, "free"),
+            Release::Allowed
+        ));
+
+        let tracked = crate::state::for_tests("leak_track");
+        let block = Box::new([0u8; 32]);
+        let pointer = block.as_ptr() as usize;
+        tracking::track(tracked, &crate::backtrace::Origin::here(), pointer, 32);
+        let Release::Untracked(record) = check_and_untrack(tracked, pointer, "free") else {
+            panic!("a live block leaves the table");
+        };
+        assert!(!tracking::is_live(pointer));
+        // Gone from the table: a second free is refused and changes nothing.
+        assert!(matches!(
+            check_and_untrack(tracked, pointer, "free"),
+            Release::Refused
+        ));
+        assert!(!tracking::is_live(pointer));
+        tracking::restore(pointer, record);
+        assert!(tracking::is_live(pointer));
+        assert!(Release::Untracked(record).record().is_some());
+        assert!(tracking::untrack(pointer).is_some());
+    }
 }

@@ -263,6 +263,37 @@ fn second_initialize_is_refused() {
     assert_eq!(stdout_of(&out), "initialize=1\nsecond=0\n");
 }
 
+/// A `debug_initialize` that fails at its last step (the free_track queue cannot be mapped)
+/// undoes every step before it — the options' copy, the log file, the suppressions' mapping,
+/// the signal handlers, record_allocs' ring — and a second call initialises (src/lifecycle.rs,
+/// `Rollback`).
+#[test]
+fn initialize_failing_late_leaves_nothing_behind_and_can_be_retried() {
+    let dir = scratch_dir("late-failure");
+    let suppressions = dir.join("suppressions.txt");
+    std::fs::write(&suppressions, "leak:nothing\n").unwrap();
+    let log = dir.join("log.txt");
+    let failing = format!(
+        "log_file={} leak_suppressions={} record_allocs=1000 free_track=16384 \
+         free_track_backtrace_num_frames=256",
+        log.display(),
+        suppressions.display()
+    );
+    let out = clean_command(driver())
+        .arg(lib_path())
+        .arg("late-failure")
+        .arg(&failing)
+        .arg("record_allocs=1000 free_track=10")
+        .output()
+        .expect("run driver");
+    assert_exit_code(&out, 0);
+    assert_eq!(
+        stdout_of(&out),
+        "first=0\nnative blocks left=0\ndescriptors left=0\nmappings left=0\n\
+         record signal=default\nsecond=1\nrecord signal=installed\n"
+    );
+}
+
 /// With either table libc may pass (classic or Android 17's).
 #[test]
 fn every_entry_point_in_pass_through_form() {

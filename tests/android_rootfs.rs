@@ -611,11 +611,12 @@ fn x86_64_forks_while_another_thread_unwinds() {
 /// refill, the worker holds a size-class lock that stalls the main thread whatever the library
 /// does (seen with gdb under free_track, whose delayed frees make refills common).
 ///
-/// Known open failure (issue 19): under free_track a few unwinds in a thousand can still stall
-/// (two 5 s time-outs of libbacktrace: the unwinder's own allocations wait while the parked
-/// worker holds something, most likely the same Scudo size-class lock, which free_track's
-/// shared queue makes busy by freeing other threads' blocks). Bare runs and the other options
-/// show none. Per-thread free_track queues would remove that traffic.
+/// Known open failure (issue 19): under free_track about 1 unwind in 1,500 stalls (two 5 s
+/// time-outs of libbacktrace). gdb shows the parked worker inside Scudo's refill or drain with
+/// Scudo's size-class lock held, and the unwinding thread waiting for that lock: free_track's
+/// delayed frees make Scudo's per-thread caches refill and drain often (docs/design.md, "The
+/// freed-block queue"). Per-thread free_track rings did not change that rate. The other options
+/// show none.
 #[test]
 fn x86_64_backtrace_signal_never_stalls_an_allocating_thread() {
     let _serial = serial();

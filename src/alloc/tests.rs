@@ -1,4 +1,4 @@
-//! The allocation pipeline in process, over the host's allocator (`State::for_test`): block
+//! The allocation pipeline in process, over the host's allocator (`state::for_tests`): block
 //! geometry, guards, fills, the size and errno rules, realloc's cases. Options that need the
 //! library's global structures (tracking, free_track, record_allocs) are tested through the
 //! built library (tests/).
@@ -19,7 +19,7 @@ fn header_of(state: &State, pointer: usize) -> Header {
 
 #[test]
 fn malloc_with_guards_lays_out_header_guards_and_fill() {
-    let state = State::for_test("guard=16 fill");
+    let state = crate::state::for_tests("guard=16 fill");
     let cx = enter_for_test(state);
     let p = malloc(&cx, 10) as usize;
     assert_ne!(p, 0);
@@ -35,7 +35,7 @@ fn malloc_with_guards_lays_out_header_guards_and_fill() {
 
 #[test]
 fn calloc_zeroes_instead_of_filling() {
-    let state = State::for_test("rear_guard=8 fill_on_alloc");
+    let state = crate::state::for_tests("rear_guard=8 fill_on_alloc");
     let cx = enter_for_test(state);
     let p = calloc(&cx, 3, 7) as usize;
     assert_ne!(p, 0);
@@ -47,7 +47,7 @@ fn calloc_zeroes_instead_of_filling() {
 
 #[test]
 fn memalign_in_header_mode_aligns_the_user_pointer() {
-    let state = State::for_test("front_guard=32");
+    let state = crate::state::for_tests("front_guard=32");
     let cx = enter_for_test(state);
     // A non-power-of-two alignment is rounded up, as the reference does.
     for (asked, expected) in [
@@ -71,7 +71,7 @@ fn memalign_in_header_mode_aligns_the_user_pointer() {
 #[test]
 fn sizes_past_the_limit_fail_with_enomem_and_touch_nothing() {
     for options in ["guard", "fill_on_alloc", "expand_alloc=64"] {
-        let state = State::for_test(options);
+        let state = crate::state::for_tests(options);
         let cx = enter_for_test(state);
         for attempt in [
             &|| malloc(&cx, MAX_SIZE + 1) as usize,
@@ -100,7 +100,7 @@ fn sizes_past_the_limit_fail_with_enomem_and_touch_nothing() {
 
 #[test]
 fn aligned_alloc_and_posix_memalign_check_their_arguments() {
-    let state = State::for_test("guard");
+    let state = crate::state::for_tests("guard");
     let cx = enter_for_test(state);
     set_errno(0);
     assert!(aligned_alloc(&cx, 0, 16).is_null());
@@ -117,7 +117,7 @@ fn aligned_alloc_and_posix_memalign_check_their_arguments() {
 
 #[test]
 fn realloc_shrinks_in_place_and_grows_by_moving_with_the_tail_filled() {
-    let state = State::for_test("guard=16 fill_on_alloc");
+    let state = crate::state::for_tests("guard=16 fill_on_alloc");
     let cx = enter_for_test(state);
     let p = malloc(&cx, 64) as usize;
     // SAFETY: 64 bytes of our block.
@@ -141,7 +141,7 @@ fn realloc_shrinks_in_place_and_grows_by_moving_with_the_tail_filled() {
 
 #[test]
 fn realloc_past_the_limit_keeps_the_old_block() {
-    let state = State::for_test("rear_guard");
+    let state = crate::state::for_tests("rear_guard");
     let cx = enter_for_test(state);
     let p = malloc(&cx, 8) as usize;
     set_errno(0);
@@ -153,7 +153,7 @@ fn realloc_past_the_limit_keeps_the_old_block() {
 
 #[test]
 fn without_a_header_the_native_block_is_the_users_and_expand_alloc_adds_room() {
-    let state = State::for_test("expand_alloc=100 fill_on_alloc=8");
+    let state = crate::state::for_tests("expand_alloc=100 fill_on_alloc=8");
     let cx = enter_for_test(state);
     let p = malloc(&cx, 10) as usize;
     assert!(malloc_usable_size(&cx, p as *const c_void) >= 110);

@@ -10,7 +10,7 @@
 //!
 //! Parses `options` exactly as `debug_initialize` does, and initialises nothing. Valid: returns
 //! the option bits (>= 0, `config::bits`) and writes the heap-dump prefix the options select
-//! (after the host's `/tmp` fallback, see `platform::localize_default_paths`). Invalid: returns
+//! (after the host's `/tmp` fallback, see `Config::localize_default_paths`). Invalid: returns
 //! -1 and writes the ERROR lines `debug_initialize` would log — the message (naming `progname`,
 //! or this process's name when null) then the usage lines — each ended by a newline. `out` is
 //! always NUL-terminated and truncated to `size` bytes; it may be null when `size` is 0.
@@ -49,7 +49,7 @@ pub unsafe extern "C" fn malloc_debug_check_options(
     let mut text = StackBuf::<2048>::new();
     let result = match Config::parse(options) {
         Ok(config) => {
-            let config = crate::platform::localize_default_paths(config);
+            let config = config.localize_default_paths();
             text.push_bytes(config.backtrace_dump_prefix);
             // The bits are a few low flags: the cast never reaches the sign bit.
             (config.options & i64::MAX as u64) as i64

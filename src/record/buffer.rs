@@ -129,6 +129,17 @@ impl Buffer {
         true
     }
 
+    /// Undoes [`Buffer::init`] (a `debug_initialize` that gives up later; no call has
+    /// recorded).
+    pub fn release(&self) {
+        let capacity = self.capacity.swap(0, Ordering::AcqRel) as usize;
+        let slots = self.slots.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if let Some(slots) = core::ptr::NonNull::new(slots.cast::<u8>()) {
+            // SAFETY: `init`'s mapping of `capacity` slots, unused (no ticket was handed out).
+            unsafe { pages::unmap(slots, capacity * size_of::<Slot>()) };
+        }
+    }
+
     fn slot(&self, ticket: u64) -> &Slot {
         let capacity = self.capacity.load(Ordering::Relaxed);
         // SAFETY: `capacity` is non-zero once a ticket exists (reserve checks it), the mapping

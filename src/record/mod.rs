@@ -29,6 +29,12 @@ pub fn init(state_config: &crate::config::Config<'_>) -> bool {
     BUFFER.init(state_config.record_allocs_num_entries) && thread::init()
 }
 
+/// Undoes [`init`], completely or partly done, for a `debug_initialize` that gives up.
+pub fn release() {
+    thread::release();
+    BUFFER.release();
+}
+
 /// The monotonic clock in nanoseconds (entries' timestamps).
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -74,7 +80,7 @@ pub fn present_bytes(state: &State, pointer: usize) -> i64 {
     }
     // The size lookup reads the header in front of the block (ours, or the native allocator's),
     // as the reference's does before it measures: see present.rs.
-    let len = crate::alloc::usable_size(state, pointer);
+    let len = state.usable_size(pointer);
     let read = if state.layout.header {
         present::Read::before(state.layout.pointer_offset)
     } else {

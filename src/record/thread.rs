@@ -22,6 +22,15 @@ pub fn init() -> bool {
     true
 }
 
+/// Undoes [`init`] (a `debug_initialize` that gives up later).
+pub fn release() {
+    let key = KEY.swap(usize::MAX, Ordering::AcqRel);
+    if key != usize::MAX {
+        // SAFETY: the key `init` created, deleted once; no thread has a value in it yet.
+        unsafe { libc::pthread_key_delete(key as libc::pthread_key_t) };
+    }
+}
+
 fn value() -> usize {
     let key = KEY.load(Ordering::Acquire);
     if key == usize::MAX {

@@ -60,7 +60,7 @@ fn written(write: impl FnOnce(&mut FdWriter)) -> String {
 
 #[test]
 fn an_empty_heap_dump_has_the_v1_2_header_the_maps_and_end() {
-    let state = State::for_test("backtrace=12");
+    let state = crate::state::for_tests("backtrace=12");
     let text = written(|w| write_dump(state, w));
     let expected_head = "Android Native Heap Dump v1.2\n\n\
                          Build fingerprint: 'unknown'\n\n\

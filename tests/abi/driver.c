@@ -3,6 +3,10 @@
 // Usage: driver LIB SCENARIO [OPTIONS]
 #include "bionic.h"
 
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+
 struct seen {
   uintptr_t wanted;
   int found;
@@ -262,6 +266,77 @@ static void nested(void) {
   d_free(live);
 }
 
+// A debug_initialize that fails at its last step (the free_track queue's mapping, refused by a
+// tight RLIMIT_AS) after the options' copy, the log file, the suppressions, the signal handlers
+// and record_allocs' ring were set up: prints what it left behind, then initialises again.
+static long native_live;
+static void* counting_malloc(size_t s) {
+  void* p = malloc(s);
+  if (p != NULL) native_live++;
+  return p;
+}
+static void counting_free(void* p) {
+  if (p != NULL) native_live--;
+  free(p);
+}
+static MallocDispatch counting;
+
+static int count_descriptors(void) {
+  DIR* d = opendir("/proc/self/fd");
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+static int count_mappings(void) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  int n = 0;
+  for (int c; (c = fgetc(f)) != EOF;) n += c == '\n';
+  fclose(f);
+  return n;
+}
+static long vm_size_bytes(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = 0;
+  while (fgets(line, sizeof(line), f) != NULL) sscanf(line, "VmSize: %ld kB", &kb);
+  fclose(f);
+  return kb * 1024;
+}
+static const char* handler_of(int sig) {
+  struct sigaction sa;
+  sigaction(sig, NULL, &sa);
+  return sa.sa_handler == SIG_DFL ? "default" : "installed";
+}
+
+static void late_failure(const char* options, const char* retry_options) {
+  count_descriptors();  // first uses of stdio and opendir: their buffers are not ours
+  count_mappings();
+  vm_size_bytes();
+  int descriptors = count_descriptors();
+  int mappings = count_mappings();
+  counting = native;
+  counting.malloc = counting_malloc;
+  counting.free = counting_free;
+  struct rlimit old;
+  CHECK(getrlimit(RLIMIT_AS, &old) == 0);
+  struct rlimit tight = {(rlim_t)vm_size_bytes() + (16 << 20), old.rlim_max};
+  CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
+  int first = d_initialize(&counting, &zygote_child, options);
+  CHECK(setrlimit(RLIMIT_AS, &old) == 0);
+  printf("first=%d\n", first);
+  printf("native blocks left=%ld\n", native_live);
+  printf("descriptors left=%d\n", count_descriptors() - descriptors);
+  printf("mappings left=%d\n", count_mappings() - mappings);
+  printf("record signal=%s\n", handler_of(SIGRTMAX - 18));
+  // libc retries with the same table (the library keeps its copy of the first one it saw).
+  printf("second=%d\n", d_initialize(&counting, &zygote_child, retry_options));
+  void* p = d_malloc(10);
+  CHECK(p != NULL);
+  d_free(p);
+  printf("record signal=%s\n", handler_of(SIGRTMAX - 18));
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc < 3) return 2;
@@ -310,6 +385,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "twice") == 0) {
     CHECK(init(options));
     printf("second=%d\n", d_initialize(native_table(), &zygote_child, options));
+  } else if (strcmp(scenario, "late-failure") == 0) {
+    CHECK(argc > 4);
+    late_failure(options, argv[4]);
   } else {
     printf("unknown scenario %s\n", scenario);
     return 2;

@@ -72,7 +72,8 @@ pub fn untracked_ours(state: &State, pointer: usize) -> bool {
         return false;
     }
     if state.layout.header {
-        crate::verify::read_foreign_u32(state.layout.header_of(pointer) as usize) == Some(DEBUG_TAG)
+        crate::platform::read_foreign_u32(state.layout.header_of(pointer) as usize)
+            == Some(DEBUG_TAG)
     } else {
         !(state.has(bits::FREE_TRACK) && queued(pointer))
     }
@@ -134,7 +135,7 @@ fn ours(state: &State, pointer: usize) -> Option<usize> {
         return None;
     }
     let live = tracking::is_live(pointer) || untracked_ours(state, pointer);
-    live.then(|| crate::alloc::usable_size(state, pointer))
+    live.then(|| state.usable_size(pointer))
 }
 
 /// Frees a block of ours without checks or reports: out of the table, tagged freed, its native
