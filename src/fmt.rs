@@ -80,6 +80,11 @@ pub struct Bytes<'a>(pub &'a [u8]);
 
 impl fmt::Display for Bytes<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Names are almost always valid UTF-8: one check, one write (chunk by chunk showed in
+        // the profile of a million-leak report).
+        if let Ok(s) = core::str::from_utf8(self.0) {
+            return f.write_str(s);
+        }
         for chunk in self.0.utf8_chunks() {
             f.write_str(chunk.valid())?;
             if !chunk.invalid().is_empty() {
