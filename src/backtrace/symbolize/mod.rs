@@ -7,7 +7,9 @@
 //! its symbol tables indexed once, sorted by address and binary-searched ([`elf`]); every
 //! distinct pc is resolved once and kept in a pc → description cache, so a frame shared by
 //! thousands of leaks costs one hash lookup after the first. `dladdr` is the last resort, for a
-//! module whose file cannot be read.
+//! module whose file cannot be read. Suppression rules also ask for a pc's source file
+//! ([`lines`]: the module's own DWARF line table, indexed on the first question), kept per pc
+//! like the rest.
 //!
 //! A pc whose map is not executable now (its module was unloaded after the capture and the
 //! range reused) is described as a pc in no map: the fast format prints the reference's value
@@ -27,6 +29,7 @@
 
 mod demangle;
 mod elf;
+mod lines;
 mod relpc;
 mod session;
 mod store;
@@ -65,6 +68,8 @@ struct Frame {
     symbol: Option<(Str, u64)>,
     /// The fast format's line after its frame number (`pc ...\n`), once rendered.
     fast_tail: Option<Str>,
+    /// The source file, once looked up (`Some(None)`: none known).
+    source: Option<Option<Str>>,
 }
 
 struct Module {
@@ -195,6 +200,49 @@ impl Symbolizer {
         let n = self.frames.push(f)?;
         insert(self.table.as_mut_slice(), f.pc, n as u32 + 1);
         Some(n)
+    }
+
+    /// Calls `f` with `pc`'s source file, if its module's own line table names one; looked up
+    /// once per pc.
+    pub fn source_file(&mut self, pc: usize, f: &mut dyn FnMut(&[u8])) {
+        let Ok(i) = self.frame_index(pc) else { return };
+        let fr = self.frames.as_slice()[i];
+        let source = match fr.source {
+            Some(s) => s,
+            None => {
+                let s = self.look_up_source(&fr);
+                self.frames.as_mut_slice()[i].source = Some(s);
+                s
+            }
+        };
+        if let Some(s) = source {
+            f(self.str(s));
+        }
+    }
+
+    fn look_up_source(&mut self, fr: &Frame) -> Option<Str> {
+        // As for symbols: a module with a file of its own (not inside an APK).
+        if !fr.has_map || fr.elf_start_offset != 0 {
+            return None;
+        }
+        let mut path = [0u8; elf::PATH_MAX];
+        let name = self.str(fr.map_name);
+        if name.first() != Some(&b'/') || name.len() >= path.len() {
+            return None;
+        }
+        let n = name.len();
+        path[..n].copy_from_slice(name);
+        let m = self.module(&path[..n])?;
+        let mut out = StackBuf::<1024>::new();
+        // A frame's pc is a return address: the call is the instruction before it.
+        let vaddr = fr.rel_pc.saturating_sub(1);
+        let found = self.modules[m]
+            .as_mut()?
+            .symbols
+            .as_mut()?
+            .source_file(vaddr, &mut out);
+        let s = found.then(|| keep_in(&mut self.strings, out.as_bytes()))?;
+        (s.1 as usize == out.len()).then_some(s)
     }
 
     /// The [`Resolved`] view of a cached description.
