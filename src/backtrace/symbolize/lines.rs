@@ -559,6 +559,31 @@ mod tests {
         assert_eq!(c.u8(), None);
     }
 
+    /// This test binary's own line table names this file for a function defined here (the
+    /// test build keeps line tables: `debug = 1`), and nothing for an address past the code.
+    #[test]
+    fn names_this_file_for_a_function_of_it() {
+        #[inline(never)]
+        fn marker(x: usize) -> usize {
+            x * 3 + 1
+        }
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let mut m =
+            super::super::elf::ModuleSymbols::open(exe.as_os_str().as_encoded_bytes()).unwrap();
+        let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+        let f = marker as usize;
+        // SAFETY: a valid out-parameter.
+        assert_ne!(unsafe { libc::dladdr(f as *const _, &mut info) }, 0);
+        let vaddr = (f - info.dli_fbase as usize) as u64;
+        let mut out = StackBuf::new();
+        assert_eq!(marker(core::hint::black_box(2)), 7);
+        // The function's first instruction (a return address is looked up at pc - 1).
+        assert!(m.source_file(vaddr, &mut out), "{vaddr:x}");
+        let path = core::str::from_utf8(out.as_bytes()).unwrap();
+        assert!(path.ends_with("src/backtrace/symbolize/lines.rs"), "{path}");
+        assert!(!m.source_file(u64::MAX / 2, &mut out));
+    }
+
     #[test]
     fn truncated_tables_give_nothing() {
         let s = Sections {
