@@ -571,7 +571,7 @@ mod tests {
         let mut m =
             super::super::elf::ModuleSymbols::open(exe.as_os_str().as_encoded_bytes()).unwrap();
         let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-        let f = marker as usize;
+        let f = marker as *const () as usize;
         // SAFETY: a valid out-parameter.
         assert_ne!(unsafe { libc::dladdr(f as *const _, &mut info) }, 0);
         let vaddr = (f - info.dli_fbase as usize) as u64;
