@@ -474,7 +474,7 @@ fn find_section(elf: &[u8], kind: u32) -> Option<(usize, usize)> {
 
 /// The bytes of the section called `name`; `None` when absent or compressed (`SHF_COMPRESSED`:
 /// the library has no inflater).
-fn section_named<'a>(elf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+pub(super) fn section_named<'a>(elf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     const SHF_COMPRESSED: u64 = 0x800;
     let shnum = u16_at(elf, E_SHNUM)? as usize;
     let names = section_bytes(elf, section_header(elf, u16_at(elf, E_SHSTRNDX)? as usize)?)?;
