@@ -587,6 +587,35 @@ fn dladdr(pc: usize) -> Sym {
 mod tests {
     use super::*;
 
+    /// The cached fast-format line is the line `format::fast_line` renders, for one- to
+    /// three-digit frame numbers, first resolution and cache hits alike.
+    #[test]
+    fn cached_fast_lines_are_the_rendered_ones() {
+        #[inline(never)]
+        fn marker(x: usize) -> usize {
+            x * 3 + 1
+        }
+        assert_eq!(marker(core::hint::black_box(2)), 7);
+        let mut s = Symbolizer::new();
+        for pc in [
+            marker as *const () as usize + 1,
+            libc::malloc as *const () as usize + 1,
+            8,
+        ] {
+            for index in [0, 7, 10, 99, 100, 255, 0] {
+                let mut cached = StackBuf::<1024>::new();
+                s.fast_line(index, pc, &mut cached);
+                let mut rendered = StackBuf::<1024>::new();
+                s.resolve(pc, &mut |r| format::fast_line(&mut rendered, index, r));
+                assert_eq!(cached.as_bytes(), rendered.as_bytes());
+                assert!(cached.as_bytes().ends_with(b"\n"));
+            }
+        }
+        let mut line = StackBuf::<1024>::new();
+        s.fast_line(100, 8, &mut line);
+        assert!(line.as_bytes().starts_with(b"          #100  pc "));
+    }
+
     /// `__cxa_demangle` is found in a loaded C++ runtime without `dlsym`, at the address the
     /// loader gives it.
     #[test]
