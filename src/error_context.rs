@@ -14,18 +14,20 @@
 //! and only then the error marker and `abort_on_error`. Where the block was freed is not
 //! repeated: the reference's own lines already print the free backtrace whenever one was kept
 //! (`Backtrace at time of free:` for a write after free, `Backtrace of original free:` for a
-//! double free under free_track). Nothing is added when the block's allocation is not known: an
-//! unknown pointer (a wild or foreign pointer, or a block freed long ago whose record left
-//! free_track's queue), a block allocated while capture was off or filtered out by the size
-//! options, or (rarely) a record collected while the block was between the live table and the
-//! queue.
+//! double free under free_track). An unknown pointer that points inside a live block gets one
+//! more line first, `0x<pointer> points <n> bytes inside the block of <size> bytes at 0x<block>`,
+//! and the block's allocation. Nothing is added when the block's allocation is not known: a
+//! wild or foreign pointer, a block freed long ago whose record left free_track's queue, a
+//! block allocated while capture was off or filtered out by the size options, or (rarely) a
+//! record collected while the block was between the live table and the queue.
 //!
 //! Where the allocation backtrace comes from, per report:
 //! * guard corruption at free: the live table's record of the block, which `free` took out of
 //!   the table just before (`alloc.rs` passes its id down);
 //! * free_track (write after free, damaged tag after free): the id kept with the queued entry;
 //! * pointer verification (double free, invalid tag, unknown pointer): the live table if the
-//!   block is in it, else free_track's queue.
+//!   block is in it, else free_track's queue, else the live block the pointer points inside of
+//!   (a copy of the live table, searched whole: an error path).
 //!
 //! Ids of interned backtraces stay valid only while a collection finds them in use
 //! (src/backtrace/table.rs). The live table's are; for the ids held by free_track's queue,
@@ -38,6 +40,7 @@ use crate::config::bits;
 use crate::failure;
 use crate::free_track::FREE_QUEUE;
 use crate::log::log_error;
+use crate::snapshot::Snapshot;
 use crate::state::State;
 use crate::tracking::{self, BT_EMPTY, FrameBuffer};
 
@@ -48,7 +51,8 @@ pub fn wanted(state: &State) -> bool {
 
 /// After a report's closing divider: the allocation backtrace `alloc_backtrace` of the block at
 /// `pointer`, and a divider, when the extension is on and the backtrace is known.
-pub fn log_allocation(state: &State, pointer: usize, alloc_backtrace: u32) {
+pub fn log_allocation(state: &State, pointer: usize, allocation: failure::Allocation) {
+    let alloc_backtrace = allocation.backtrace;
     if !wanted(state) || alloc_backtrace <= BT_EMPTY {
         return;
     }
@@ -59,30 +63,64 @@ pub fn log_allocation(state: &State, pointer: usize, alloc_backtrace: u32) {
     if found.is_none() || frames.frames().is_empty() {
         return;
     }
-    log_error!("Backtrace at time of allocation of 0x{:x}:", pointer);
+    if allocation.block != pointer {
+        log_error!(
+            "0x{:x} points {} bytes inside the block of {} bytes at 0x{:x}",
+            pointer,
+            pointer - allocation.block,
+            allocation.size,
+            allocation.block
+        );
+    }
+    log_error!(
+        "Backtrace at time of allocation of 0x{:x}:",
+        allocation.block
+    );
     failure::log_backtrace_or_failure(state, frames.frames());
     failure::divider();
 }
 
-/// The allocation backtrace id of `pointer` for a verification report: the live table's
-/// record if the block is in it, else the entry of free_track's queue that holds it, else
-/// `BT_EMPTY`. Looked up only when the extension is on (the queue is searched whole).
-pub fn allocation_of(state: &State, pointer: usize) -> u32 {
+/// The block of `pointer` for a verification report: the live table's record if the block is
+/// in it, else the entry of free_track's queue that holds it, else the live block `pointer`
+/// points inside of (an interior pointer, as ASan tells them), else nothing known (`BT_EMPTY`).
+/// Looked up only when the extension is on (the queue and, for the last, a copy of the live
+/// table are searched whole: an error path).
+pub fn allocation_of(state: &State, pointer: usize) -> failure::Allocation {
+    let mut found = failure::Allocation {
+        block: pointer,
+        size: 0,
+        backtrace: BT_EMPTY,
+    };
     if !wanted(state) {
-        return BT_EMPTY;
+        return found;
     }
     if let Some(id) = tracking::backtrace_of(pointer) {
-        return id;
+        found.backtrace = id;
+        return found;
     }
-    let mut id = BT_EMPTY;
     if state.has(bits::FREE_TRACK) {
         FREE_QUEUE.for_each(|entry, _| {
             if entry.pointer() == pointer {
-                id = entry.alloc_backtrace();
+                found.backtrace = entry.alloc_backtrace();
             }
         });
+        if found.backtrace != BT_EMPTY {
+            return found;
+        }
     }
-    id
+    let snapshot = Snapshot::take_unsorted();
+    let records = snapshot.as_ref().map_or(&[][..], |s| s.records());
+    if let Some(r) = records
+        .iter()
+        .find(|r| r.pointer < pointer && pointer - r.pointer < r.size)
+    {
+        found = failure::Allocation {
+            block: r.pointer,
+            size: r.size,
+            backtrace: r.backtrace_id,
+        };
+    }
+    found
 }
 
 /// Hands the allocation backtrace ids held by free_track's queue to a collection (called with

@@ -8,9 +8,19 @@ use crate::log::{DIVIDER, log_error};
 use crate::state::State;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+/// The block an error report is about, as far as it is known: where it starts (the reported
+/// pointer itself, or the live block it points into), its size when the pointer points inside
+/// it (0 otherwise), and its allocation backtrace id (or `tracking::BT_OFF`/`BT_EMPTY`).
+#[derive(Clone, Copy)]
+pub struct Allocation {
+    pub block: usize,
+    pub size: usize,
+    pub backtrace: u32,
+}
+
 /// Lines an extension adds after a report's closing divider (the `error_backtraces` extension's
-/// allocation backtrace, src/error_context.rs).
-pub type Epilogue = fn(&State, usize, u32);
+/// allocation backtrace, src/error_context.rs), given the reported pointer.
+pub type Epilogue = fn(&State, usize, Allocation);
 
 /// Set once by initialize (src/lifecycle.rs) when the extension is on: a function pointer, so
 /// that reports know nothing of the modules above them.
@@ -67,9 +77,20 @@ pub fn log_interned_backtrace(state: &State, id: u32) {
 /// `error_backtraces` extension's lines (src/error_context.rs), then abort if the options say
 /// so.
 pub fn end_report_of(state: &State, pointer: usize, alloc_backtrace: u32) {
+    let allocation = Allocation {
+        block: pointer,
+        size: 0,
+        backtrace: alloc_backtrace,
+    };
+    end_report_with(state, pointer, allocation);
+}
+
+/// `end_report_of` for a report that knows more of the block (verification: a pointer may
+/// point inside a live block).
+pub fn end_report_with(state: &State, pointer: usize, allocation: Allocation) {
     divider();
     if let Some(epilogue) = epilogue() {
-        epilogue(state, pointer, alloc_backtrace);
+        epilogue(state, pointer, allocation);
     }
     crate::error_marker::error_reported(state);
     abort_if_configured(state);

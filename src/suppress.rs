@@ -2,8 +2,11 @@
 //! "Extensions"; docs/tools.md shows how to write one).
 //!
 //! A file holds one rule per line: `leak:PATTERN`; blank lines and lines starting with `#` are
-//! ignored. A leak is suppressed when PATTERN matches the function name (demangled) or the
-//! module path of any frame of its allocation backtrace. As in LeakSanitizer, PATTERN matches
+//! ignored. A leak is suppressed when PATTERN matches the function name (demangled), the
+//! module path or the source file of any frame of its allocation backtrace. Source files come
+//! from the module's own DWARF line table (backtrace/symbolize/lines.rs: not from separate
+//! debug files, not from compressed sections), looked up only for frames whose name and module
+//! matched no rule. As in LeakSanitizer, PATTERN matches
 //! anywhere in the text unless it starts with `^` (anchored at the start) or ends with `$`
 //! (anchored at the end), and `*` matches any run of characters. Without a backtrace (no
 //! `backtrace` option) nothing can be suppressed.
@@ -145,7 +148,8 @@ pub fn for_each_pattern(mut f: impl FnMut(&[u8]) -> bool) -> bool {
     false
 }
 
-/// Whether any frame of `frames` matches a rule.
+/// Whether any frame of `frames` matches a rule: its function name, its module path, or its
+/// source file (from the module's own line table; symbolize/lines.rs says what is read).
 pub fn suppressed(frames: &[usize]) -> bool {
     frames.iter().any(|&pc| {
         let mut hit = false;
@@ -155,6 +159,11 @@ pub fn suppressed(frames: &[usize]) -> bool {
                     || (!d.map_name.is_empty() && matches(p, d.map_name))
             });
         });
+        if !hit {
+            crate::backtrace::frame_source_file(pc, &mut |file| {
+                hit = !file.is_empty() && for_each_pattern(|p| matches(p, file));
+            });
+        }
         hit
     })
 }

@@ -79,8 +79,8 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
         failure::log_backtrace_or_failure(state, free_frames.frames());
     }
     failure::log_failure_backtrace(state);
-    let alloc_backtrace = crate::error_context::allocation_of(state, pointer);
-    failure::end_report_of(state, pointer, alloc_backtrace);
+    let allocation = crate::error_context::allocation_of(state, pointer);
+    failure::end_report_with(state, pointer, allocation);
 }
 
 /// What [`check_and_untrack`] decided about a block being freed or reallocated.

@@ -197,6 +197,44 @@ fn nothing_is_added_without_an_allocation_backtrace() {
 }
 
 #[test]
+fn an_unknown_pointer_inside_a_live_block_names_the_block_and_its_allocation() {
+    // As ASan says "located 8 bytes inside of 32-byte region": the reference's report, then
+    // the block the pointer points into and where that block was allocated.
+    let lines = bugs(
+        "interior-free",
+        "verify_pointers backtrace error_backtraces",
+    );
+    let reference = strings(&[
+        DIVIDER,
+        "+++ ALLOCATION P1 UNKNOWN POINTER (free)",
+        "Backtrace at time of failure:",
+        &format!("#00 {FRONT} (free)"),
+        "#01 bugs (interior_free)",
+        "#02 bugs (main)",
+        DIVIDER,
+    ]);
+    assert_eq!(
+        lines,
+        [
+            reference.clone(),
+            strings(&[
+                "P1 points 8 bytes inside the block of 32 bytes at P2",
+                "Backtrace at time of allocation of P2:",
+                &format!("#00 {FRONT} (malloc)"),
+                "#01 bugs (interior_free)",
+                "#02 bugs (main)",
+                DIVIDER,
+            ]),
+        ]
+        .concat()
+    );
+    assert_eq!(
+        bugs("interior-free", "verify_pointers backtrace"),
+        reference
+    );
+}
+
+#[test]
 fn a_queued_block_keeps_its_allocation_backtrace_through_collections() {
     let program = compile_c(
         "freed_history",

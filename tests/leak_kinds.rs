@@ -196,6 +196,70 @@ fn suppressions_by_function_and_by_module() {
     );
 }
 
+/// Rules match the source files of the allocation backtrace too (LeakSanitizer's rules do),
+/// read from the module's own DWARF line table, DWARF 5 and 4 alike. The module path ends in
+/// `/leak_kinds` and no function name has a `.c`, so only a source file can match these.
+#[test]
+fn suppressions_by_source_file() {
+    let dir = scratch_dir("leak_kinds_supp_file");
+    let source = manifest_dir().join("tests/programs/leak_kinds.c");
+    let all_lost = "leak summary: definitely lost: 0 bytes in 0 blocks, indirectly lost: 0 bytes \
+                    in 0 blocks, still reachable: 40 bytes in 2 blocks, suppressed: 600 bytes in 3 \
+                    blocks";
+    let dwarf4 = compile_c(
+        "leak_kinds_dwarf4",
+        "tests/programs/leak_kinds.c",
+        &["-gdwarf-4"],
+    );
+    let stripped = dir.join("leak_kinds");
+    std::fs::copy(program(), &stripped).unwrap();
+    let strip = std::process::Command::new("strip")
+        .arg("--strip-debug")
+        .arg(&stripped)
+        .status()
+        .unwrap();
+    assert!(strip.success());
+    let cases = [
+        ("leak:tests/programs/leak_kinds.c$", all_lost),
+        (&*format!("leak:^{}$", source.display()), all_lost),
+        ("leak:/programs/*_kinds.c", all_lost),
+        // Anchored at the start: the file's path is absolute.
+        ("leak:^tests/programs/leak_kinds.c", SIMPLE_SUMMARY),
+        ("leak:leak_kinds.h", SIMPLE_SUMMARY),
+    ];
+    for (rule, summary) in cases {
+        let file = rules(&dir, &format!("{rule}\n"));
+        let options = format!(
+            "backtrace leak_unreachable leak_suppressions={}",
+            file.display()
+        );
+        for prog in [program(), dwarf4.clone()] {
+            let out = run_under_front(&prog, &["simple"], Some(&options), &[]);
+            assert_exit_code(&out, 0);
+            let messages = malloc_debug_messages(&out);
+            assert_eq!(
+                messages.last().unwrap(),
+                summary,
+                "{rule} {}",
+                prog.display()
+            );
+            let printed = if summary == all_lost { 0 } else { 3 };
+            let leak_lines = messages
+                .iter()
+                .filter(|m| m.contains(" leaked block of size "));
+            assert_eq!(leak_lines.count(), printed, "{rule}: {messages:?}");
+        }
+        // Without DWARF (debug info stripped) no file is known: function and module rules only.
+        let out = run_under_front(&stripped, &["simple"], Some(&options), &[]);
+        assert_exit_code(&out, 0);
+        assert_eq!(
+            malloc_debug_messages(&out).last().unwrap(),
+            SIMPLE_SUMMARY,
+            "{rule} stripped"
+        );
+    }
+}
+
 #[test]
 fn bad_suppression_files_are_reported_and_the_good_rules_kept() {
     let dir = scratch_dir("leak_kinds_bad_supp");

@@ -112,6 +112,23 @@ pub fn full_line(out: &mut impl Write, index: usize, r: &Resolved<'_>) {
 /// `dladdr`; tests provide fixed data).
 pub trait Resolver {
     fn resolve(&mut self, pc: usize, f: &mut dyn FnMut(&Resolved<'_>));
+
+    /// Appends frame `index`'s [`fast_line`] for `pc` to `out` (a resolver that caches can
+    /// keep the rendered text per pc: only the frame number differs between two leaks).
+    fn fast_line(&mut self, index: usize, pc: usize, out: &mut StackBuf<1024>) {
+        self.resolve(pc, &mut |r| fast_line(out, index, r));
+    }
+}
+
+/// The start of a [`fast_line`] up to the pc (`          #NN  pc `), without `core::fmt`.
+pub fn fast_line_head(out: &mut StackBuf<1024>, index: usize) {
+    if index < 100 {
+        out.push_bytes(b"          #");
+        out.push_bytes(&[b'0' + (index / 10) as u8, b'0' + (index % 10) as u8]);
+        out.push_bytes(b"  pc ");
+    } else {
+        let _ = write!(out, "          #{:02}  pc ", index);
+    }
 }
 
 /// Largest record handed to the log: liblog truncates longer payloads, so a long block is
@@ -129,7 +146,7 @@ pub fn fast_block(
     let mut line = StackBuf::<1024>::new();
     for (i, &pc) in frames.iter().enumerate() {
         line.clear();
-        res.resolve(pc, &mut |r| fast_line(&mut line, i, r));
+        res.fast_line(i, pc, &mut line);
         if rec.len() + line.len() > RECORD && !rec.is_empty() {
             emit(&mut rec);
             rec.clear();

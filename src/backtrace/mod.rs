@@ -176,6 +176,13 @@ pub fn describe_frame(pc: usize, f: &mut dyn FnMut(&FrameDescription<'_>)) {
     });
 }
 
+/// Calls `f` with the source file of `pc` when its module's own line table names one
+/// (symbolize/lines.rs says what is read); for suppression rules. Like [`describe_frame`],
+/// cheap only inside a [`SymbolSession`].
+pub fn frame_source_file(pc: usize, f: &mut dyn FnMut(&[u8])) {
+    symbolize::with_symbolizer(|res| res.source_file(pc, f));
+}
+
 /// Fork prepare / malloc_disable: takes the module's own lock (the symbolizer's caches).
 /// Capture takes no lock of ours; `BacktraceTable` has its own `lock_raw`.
 pub fn lock_raw() {

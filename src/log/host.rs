@@ -34,12 +34,24 @@ pub fn write_threadtime(prio: Priority, tag: &str, msg: &[u8]) {
         // SAFETY: this thread owns the batch (OWNER) and is not already appending to it
         // (APPENDING), so this is the only reference to the buffer.
         let batch = unsafe { &mut *BATCH.0.get() };
-        let prefix = prefix(prio, tag, batch.pid, batch.tid);
+        // The prefix changes once a millisecond: a report's records reuse it until then.
+        let (secs, nanos) = platform::realtime();
+        let stamp = (
+            secs,
+            nanos / 1_000_000,
+            prio as u8,
+            tag.as_ptr() as usize,
+            tag.len(),
+        );
+        if batch.stamp != Some(stamp) {
+            batch.prefix = prefix_at(prio, tag, batch.pid, batch.tid, secs, nanos);
+            batch.stamp = Some(stamp);
+        }
         let mut lines = Lines {
             buf: &mut batch.bytes,
             len: batch.len,
         };
-        record_lines(prefix.as_bytes(), msg, &mut lines);
+        record_lines(batch.prefix.as_bytes(), msg, &mut lines);
         batch.len = lines.len;
         APPENDING.store(false, Ordering::Release);
         return;
@@ -74,6 +86,7 @@ impl Batch {
             batch.len = 0;
             batch.pid = platform::getpid();
             batch.tid = platform::gettid();
+            batch.stamp = None;
         }
         Batch { owner }
     }
@@ -101,6 +114,9 @@ struct BatchBuffer {
     len: usize,
     pid: i32,
     tid: i32,
+    /// What `prefix` was made for: (seconds, milliseconds, priority, tag address and length).
+    stamp: Option<(i64, i64, u8, usize, usize)>,
+    prefix: StackBuf<96>,
     bytes: [u8; BATCH_BYTES],
 }
 
@@ -113,6 +129,8 @@ static BATCH: Shared = Shared(UnsafeCell::new(BatchBuffer {
     len: 0,
     pid: 0,
     tid: 0,
+    stamp: None,
+    prefix: StackBuf::new(),
     bytes: [0; BATCH_BYTES],
 }));
 /// `pthread_self()` of the thread that owns BATCH, 0 when none. (A fork child of a process
@@ -159,14 +177,26 @@ impl Lines<'_> {
 
 fn record_lines(prefix: &[u8], msg: &[u8], out: &mut Lines<'_>) {
     // A trailing newline ends the record's last line rather than starting an empty one.
-    let body = msg.strip_suffix(b"\n").unwrap_or(msg);
-    for line in body.split(|&b| b == b'\n') {
-        out.push_line(prefix, line);
+    let mut body = msg.strip_suffix(b"\n").unwrap_or(msg);
+    loop {
+        // SAFETY: memchr reads at most body.len() bytes of body.
+        let nl = unsafe { libc::memchr(body.as_ptr().cast(), b'\n'.into(), body.len()) };
+        if nl.is_null() {
+            out.push_line(prefix, body);
+            return;
+        }
+        let at = nl as usize - body.as_ptr() as usize;
+        out.push_line(prefix, &body[..at]);
+        body = &body[at + 1..];
     }
 }
 
 fn prefix(prio: Priority, tag: &str, pid: i32, tid: i32) -> StackBuf<96> {
     let (secs, nanos) = platform::realtime();
+    prefix_at(prio, tag, pid, tid, secs, nanos)
+}
+
+fn prefix_at(prio: Priority, tag: &str, pid: i32, tid: i32, secs: i64, nanos: i64) -> StackBuf<96> {
     let mut prefix = StackBuf::<96>::new();
     let _ = write_prefix(&mut prefix, secs, nanos, pid, tid, prio, tag);
     prefix

@@ -36,7 +36,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn from_byte(b: u8) -> Kind {
+    pub fn from_byte(b: u8) -> Kind {
         match b {
             2 => Kind::Definite,
             3 => Kind::Indirect,

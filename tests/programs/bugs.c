@@ -73,6 +73,13 @@ __attribute__((noinline)) void wild_free(void) {
   free(wild);
 }
 
+__attribute__((noinline)) void interior_free(void) {
+  char* p = malloc(32);
+  KEEP(p);
+  free(p + 8);  // a pointer into the block, not its start
+  free(p);
+}
+
 __attribute__((noinline)) void leak(void) {
   char* p = malloc(40);
   KEEP(p);
@@ -86,7 +93,8 @@ int main(int argc, char** argv) {
   } modes[] = {{"off-by-one", off_by_one}, {"underflow", underflow},
                {"use-after-free", use_after_free}, {"double-free", double_free},
                {"wild-free", wild_free}, {"leak", leak},
-               {"use-after-free-in-thread", use_after_free_in_thread}};
+               {"use-after-free-in-thread", use_after_free_in_thread},
+               {"interior-free", interior_free}};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
     if (strcmp(mode, modes[i].name) == 0) {
       modes[i].run();

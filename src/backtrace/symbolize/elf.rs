@@ -6,7 +6,9 @@
 //! through a private read-only mapping. Every offset read from the file is bounds-checked: a
 //! truncated or hostile file yields "no symbol", never a fault.
 
+use super::lines::{LineIndex, Sections};
 use super::store::PageVec;
+use crate::fmt::StackBuf;
 use core::ffi::c_int;
 
 const SHT_SYMTAB: u32 = 2;
@@ -31,6 +33,9 @@ mod layout {
     pub const E_SHOFF: usize = 40;
     pub const E_SHENTSIZE: usize = 58;
     pub const E_SHNUM: usize = 60;
+    pub const E_SHSTRNDX: usize = 62;
+    pub const SH_NAME: usize = 0;
+    pub const SH_FLAGS: usize = 8;
     pub const SH_TYPE: usize = 4;
     pub const SH_OFFSET: usize = 24;
     pub const SH_SIZE: usize = 32;
@@ -48,6 +53,9 @@ mod layout {
     pub const E_SHOFF: usize = 32;
     pub const E_SHENTSIZE: usize = 46;
     pub const E_SHNUM: usize = 48;
+    pub const E_SHSTRNDX: usize = 50;
+    pub const SH_NAME: usize = 0;
+    pub const SH_FLAGS: usize = 8;
     pub const SH_TYPE: usize = 4;
     pub const SH_OFFSET: usize = 16;
     pub const SH_SIZE: usize = 20;
@@ -96,6 +104,8 @@ pub struct ModuleSymbols {
     len: usize,
     symtab: Option<Index>,
     dynsym: Option<Index>,
+    /// The line-table index, built on the first source-file question (`Some(None)`: none).
+    lines: Option<Option<LineIndex>>,
 }
 
 // SAFETY: the pointer is a private read-only mapping owned by the value.
@@ -117,6 +127,7 @@ impl ModuleSymbols {
             len,
             symtab: None,
             dynsym: None,
+            lines: None,
         };
         m.index();
         Some(m)
@@ -125,6 +136,29 @@ impl ModuleSymbols {
     fn bytes(&self) -> &[u8] {
         // SAFETY: `base..base+len` is a live PROT_READ mapping owned by self.
         unsafe { core::slice::from_raw_parts(self.base, self.len) }
+    }
+
+    /// Writes the source file of ELF virtual address `vaddr` (from the module's own
+    /// `.debug_line`, see lines.rs) to `out`; false when unknown.
+    pub fn source_file(&mut self, vaddr: u64, out: &mut StackBuf<1024>) -> bool {
+        if self.lines.is_none() {
+            let built = self.line_sections().and_then(|s| LineIndex::build(&s));
+            self.lines = Some(built);
+        }
+        match (&self.lines, self.line_sections()) {
+            (Some(Some(index)), Some(s)) => index.file_of(&s, vaddr, out),
+            _ => false,
+        }
+    }
+
+    fn line_sections(&self) -> Option<Sections<'_>> {
+        let elf = self.bytes();
+        let line = section_named(elf, b".debug_line")?;
+        Some(Sections {
+            line,
+            line_str: section_named(elf, b".debug_line_str").unwrap_or(&[]),
+            str: section_named(elf, b".debug_str").unwrap_or(&[]),
+        })
     }
 
     /// True when the file has a dynamic symbol table this module can search like `dladdr`.
@@ -436,6 +470,24 @@ fn find_section(elf: &[u8], kind: u32) -> Option<(usize, usize)> {
         let sh = section_header(elf, i)?;
         (u32_at(elf, sh + SH_TYPE)? == kind).then_some((sh, i))
     })
+}
+
+/// The bytes of the section called `name`; `None` when absent or compressed (`SHF_COMPRESSED`:
+/// the library has no inflater).
+pub(super) fn section_named<'a>(elf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    const SHF_COMPRESSED: u64 = 0x800;
+    let shnum = u16_at(elf, E_SHNUM)? as usize;
+    let names = section_bytes(elf, section_header(elf, u16_at(elf, E_SHSTRNDX)? as usize)?)?;
+    let sh = (0..shnum).find_map(|i| {
+        let sh = section_header(elf, i)?;
+        let at = u32_at(elf, sh + SH_NAME)? as usize;
+        let rest = names.get(at..)?;
+        (rest.starts_with(name) && rest.get(name.len()) == Some(&0)).then_some(sh)
+    })?;
+    if word_at(elf, sh + SH_FLAGS)? & SHF_COMPRESSED != 0 {
+        return None;
+    }
+    section_bytes(elf, sh)
 }
 
 /// (offset, size) of the bytes a section header describes, checked against the file.

@@ -8,7 +8,9 @@
 //! its symbol tables indexed once, sorted by address and binary-searched ([`elf`]); every
 //! distinct pc is resolved once and kept in a pc → description cache, so a frame shared by
 //! thousands of leaks costs one hash lookup after the first. `dladdr` is the last resort, for a
-//! module whose file cannot be read.
+//! module whose file cannot be read. Suppression rules also ask for a pc's source file
+//! ([`lines`]: the module's own DWARF line table, indexed on the first question), kept per pc
+//! like the rest.
 //!
 //! A pc whose map is not executable now (its module was unloaded after the capture and the
 //! range reused) is described as a pc in no map: the fast format prints the reference's value
@@ -28,12 +30,14 @@
 
 mod demangle;
 mod elf;
+mod lines;
 mod relpc;
 mod session;
 mod store;
 
-use super::format::{MapRef, Resolved, Resolver};
+use super::format::{self, MapRef, Resolved, Resolver};
 use super::maps::Maps;
+use crate::fmt::StackBuf;
 use core::ffi::{c_char, c_void};
 use demangle::NAME_MAX;
 use elf::ModuleSymbols;
@@ -63,6 +67,10 @@ struct Frame {
     elf_start_offset: u64,
     file: Option<Str>,
     symbol: Option<(Str, u64)>,
+    /// The fast format's line after its frame number (`pc ...\n`), once rendered.
+    fast_tail: Option<Str>,
+    /// The source file, once looked up (`Some(None)`: none known).
+    source: Option<Option<Str>>,
 }
 
 struct Module {
@@ -144,15 +152,23 @@ impl Symbolizer {
 
     /// The description of `pc`, resolved now or found in the cache.
     fn frame(&mut self, pc: usize) -> Frame {
-        if let Some(f) = self.cached(pc) {
-            return f;
+        match self.frame_index(pc) {
+            Ok(i) => self.frames.as_slice()[i],
+            Err(f) => f,
         }
-        let f = self.resolve_now(pc);
-        self.remember(f);
-        f
     }
 
-    fn cached(&self, pc: usize) -> Option<Frame> {
+    /// The cache index of `pc`'s description, resolving it first if needed; the description
+    /// itself when it could not be cached (out of memory).
+    fn frame_index(&mut self, pc: usize) -> Result<usize, Frame> {
+        if let Some(i) = self.cached(pc) {
+            return Ok(i);
+        }
+        let f = self.resolve_now(pc);
+        self.remember(f).ok_or(f)
+    }
+
+    fn cached(&self, pc: usize) -> Option<usize> {
         let t = self.table.as_slice();
         if t.is_empty() {
             return None;
@@ -166,26 +182,85 @@ impl Symbolizer {
             }
             let f = self.frames.as_slice().get(slot - 1)?;
             if f.pc == pc {
-                return Some(*f);
+                return Some(slot - 1);
             }
             i = (i + 1) & mask;
         }
     }
 
-    fn remember(&mut self, f: Frame) {
+    fn remember(&mut self, f: Frame) -> Option<usize> {
         // Keep the table at most half full; a failed growth only loses the caching.
         if (self.frames.len() + 1) * 2 > self.table.len() {
             let size = (self.table.len() * 2).max(1024);
-            let Some(mut table) = PageVec::<u32>::zeroed(size) else {
-                return;
-            };
+            let mut table = PageVec::<u32>::zeroed(size)?;
             for (n, old) in self.frames.as_slice().iter().enumerate() {
                 insert(table.as_mut_slice(), old.pc, n as u32 + 1);
             }
             self.table = table;
         }
-        let Some(n) = self.frames.push(f) else { return };
+        let n = self.frames.push(f)?;
         insert(self.table.as_mut_slice(), f.pc, n as u32 + 1);
+        Some(n)
+    }
+
+    /// Calls `f` with `pc`'s source file, if its module's own line table names one; looked up
+    /// once per pc.
+    pub fn source_file(&mut self, pc: usize, f: &mut dyn FnMut(&[u8])) {
+        let Ok(i) = self.frame_index(pc) else { return };
+        let fr = self.frames.as_slice()[i];
+        let source = match fr.source {
+            Some(s) => s,
+            None => {
+                let s = self.look_up_source(&fr);
+                self.frames.as_mut_slice()[i].source = Some(s);
+                s
+            }
+        };
+        if let Some(s) = source {
+            f(self.str(s));
+        }
+    }
+
+    fn look_up_source(&mut self, fr: &Frame) -> Option<Str> {
+        // As for symbols: a module with a file of its own (not inside an APK).
+        if !fr.has_map || fr.elf_start_offset != 0 {
+            return None;
+        }
+        let mut path = [0u8; elf::PATH_MAX];
+        let name = self.str(fr.map_name);
+        if name.first() != Some(&b'/') || name.len() >= path.len() {
+            return None;
+        }
+        let n = name.len();
+        path[..n].copy_from_slice(name);
+        let m = self.module(&path[..n])?;
+        let mut out = StackBuf::<1024>::new();
+        // A frame's pc is a return address: the call is the instruction before it.
+        let vaddr = fr.rel_pc.saturating_sub(1);
+        let found = self.modules[m]
+            .as_mut()?
+            .symbols
+            .as_mut()?
+            .source_file(vaddr, &mut out);
+        let s = found.then(|| keep_in(&mut self.strings, out.as_bytes()))?;
+        (s.1 as usize == out.len()).then_some(s)
+    }
+
+    /// The [`Resolved`] view of a cached description.
+    fn with_resolved<R>(&self, fr: &Frame, f: impl FnOnce(&Resolved<'_>) -> R) -> R {
+        let r = Resolved {
+            map: fr.has_map.then(|| MapRef {
+                name: self.str(fr.map_name),
+                start: fr.map_start,
+                offset: fr.map_offset,
+                elf_start_offset: fr.elf_start_offset,
+            }),
+            pc: fr.pc as u64,
+            rel_pc: fr.rel_pc,
+            file: fr.file.map(|s| self.str(s)),
+            symbol: fr.symbol.map(|(s, off)| (self.str(s), off)),
+        };
+        f(&r)
     }
 
     fn elf_start(&mut self, i: usize) -> ElfStart {
@@ -435,19 +510,39 @@ fn insert(table: &mut [u32], pc: usize, value: u32) {
 impl Resolver for Symbolizer {
     fn resolve(&mut self, pc: usize, f: &mut dyn FnMut(&Resolved<'_>)) {
         let fr = self.frame(pc);
-        let r = Resolved {
-            map: fr.has_map.then(|| MapRef {
-                name: self.str(fr.map_name),
-                start: fr.map_start,
-                offset: fr.map_offset,
-                elf_start_offset: fr.elf_start_offset,
-            }),
-            pc: fr.pc as u64,
-            rel_pc: fr.rel_pc,
-            file: fr.file.map(|s| self.str(s)),
-            symbol: fr.symbol.map(|(s, off)| (self.str(s), off)),
+        self.with_resolved(&fr, |r| f(r));
+    }
+
+    /// Renders each distinct pc's line once (with frame number 0) and keeps the text after the
+    /// number: a frame shared by a million leaks is then two copies, no formatting
+    /// (docs/performance.md, "Leak reports, 2026-11-26 second session").
+    fn fast_line(&mut self, index: usize, pc: usize, out: &mut StackBuf<1024>) {
+        let i = match self.frame_index(pc) {
+            Ok(i) => i,
+            Err(fr) => {
+                return self.with_resolved(&fr, |r| format::fast_line(out, index, r));
+            }
         };
-        f(&r)
+        let fr = self.frames.as_slice()[i];
+        let tail = match fr.fast_tail {
+            Some(t) => t,
+            None => {
+                let mut line = StackBuf::<1024>::new();
+                self.with_resolved(&fr, |r| format::fast_line(&mut line, 0, r));
+                let mut head = StackBuf::<1024>::new();
+                format::fast_line_head(&mut head, 0);
+                let rendered = line.as_bytes().get(head.len()..).unwrap_or(&[]);
+                let t = keep_in(&mut self.strings, rendered);
+                if line.truncated() || t.1 as usize != rendered.len() {
+                    // Too long to keep whole, or no memory: rendered each time.
+                    return self.with_resolved(&fr, |r| format::fast_line(out, index, r));
+                }
+                self.frames.as_mut_slice()[i].fast_tail = Some(t);
+                t
+            }
+        };
+        format::fast_line_head(out, index);
+        out.push_bytes(self.str(tail));
     }
 }
 
@@ -490,27 +585,4 @@ fn dladdr(pc: usize) -> Sym {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `__cxa_demangle` is found in a loaded C++ runtime without `dlsym`, at the address the
-    /// loader gives it.
-    #[test]
-    fn finds_cxa_demangle_in_a_loaded_cxx_runtime() {
-        // SAFETY: plain dlopen/dlsym of a system library.
-        let h = unsafe { libc::dlopen(c"libstdc++.so.6".as_ptr(), libc::RTLD_NOW) };
-        if h.is_null() {
-            return;
-        }
-        // SAFETY: as above.
-        let want = unsafe { libc::dlsym(h, c"__cxa_demangle".as_ptr()) } as usize;
-        let mut s = Symbolizer::new();
-        s.read_maps();
-        assert_eq!(s.cxa_demangle(), want);
-        let mut buf = [0u8; NAME_MAX];
-        assert_eq!(
-            demangle::demangle(b"_ZN5outer6Leaker4makeEi", want, &mut buf),
-            b"outer::Leaker::make(int)"
-        );
-    }
-}
+mod tests;

@@ -20,9 +20,14 @@ use crate::options::{self, Checked};
 use crate::{Result, err};
 
 /// Catches the common heap bugs: overflow and underflow (guard), use after free and double free
-/// (free_track), and leaks, each with the backtrace of the allocation (and of the free): the
-/// `error_backtraces` extension adds the allocation's to every error report.
-pub const DEFAULT_OPTIONS: &str = "backtrace guard free_track leak_track error_backtraces";
+/// (free_track), and leaks, each with the backtrace of the allocation (and of the free); the
+/// `error_backtraces` extension adds the allocation's to every error report. Leaks
+/// as valgrind and LeakSanitizer count them: `leak_unreachable` (an extension, README
+/// "Extensions") prints only the blocks nothing reachable points to at exit, then a summary
+/// line; the reference's `leak_track` alone lists every live block (`--options` with
+/// `leak_track` and without `leak_unreachable` gets that).
+pub const DEFAULT_OPTIONS: &str =
+    "backtrace guard free_track leak_track leak_unreachable error_backtraces";
 
 #[derive(Default)]
 pub struct Args {
@@ -46,7 +51,7 @@ const FLAGS: &[Flag<Args>] = &[
         short: None,
         value: Some("OPTS"),
         help: "malloc debug options, checked by the library before CMD starts\n\
-               (default: \"backtrace guard free_track leak_track error_backtraces\")",
+               (default: \"backtrace guard free_track leak_track leak_unreachable error_backtraces\")",
         set: |a, v| {
             a.options = Some(string(v)?);
             Ok(())
@@ -241,7 +246,7 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
         None => {
             eprintln!(
                 "malloc-debug: using --options \"{DEFAULT_OPTIONS}\" (the default: overflow, \
-                 use after free, double free, leaks, with backtraces)"
+                 use after free, double free, lost blocks at exit, with backtraces)"
             );
             DEFAULT_OPTIONS.to_string()
         }

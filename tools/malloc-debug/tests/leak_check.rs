@@ -96,6 +96,37 @@ fn leaks_fail_the_run_and_suppressed_ones_do_not() {
     assert_eq!(out.status.code(), Some(5));
 }
 
+/// The Linux workflow with `run`'s default options (lost blocks only): the gate fails on the
+/// three lost blocks, and a rule naming their source file (not a function or module name)
+/// suppresses them.
+#[test]
+fn the_default_options_gate_and_a_source_file_rule_suppresses() {
+    let out = run(&["--error-exitcode", "23"], &["simple"]);
+    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(
+        log.starts_with(
+            "malloc-debug: using --options \"backtrace guard free_track leak_track \
+                         leak_unreachable error_backtraces\""
+        ),
+        "{log}"
+    );
+    assert_eq!(messages(&log).last(), Some(&LOST));
+    let supp = tmp_dir("leak_check_file_supp").join("file.supp");
+    std::fs::write(&supp, "leak:tests/programs/leak_kinds.c$\n").unwrap();
+    let out = run(
+        &[
+            "--error-exitcode",
+            "23",
+            "--suppressions",
+            supp.to_str().unwrap(),
+        ],
+        &["simple"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(messages(&stderr(&out)), [SUPPRESSED]);
+}
+
 #[test]
 fn an_error_fails_the_run() {
     let out = run(

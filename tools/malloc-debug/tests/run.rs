@@ -17,8 +17,12 @@ fn runs_under_the_front_and_passes_the_exit_status() {
     assert!(text.starts_with("Android Native Heap Dump v1.2\n\nBuild fingerprint: 'unknown'\n"));
 }
 
-const DEFAULT_LINE: &str = "malloc-debug: using --options \"backtrace guard free_track leak_track error_backtraces\" \
-     (the default: overflow, use after free, double free, leaks, with backtraces)\n";
+const DEFAULT_LINE: &str = "malloc-debug: using --options \"backtrace guard free_track leak_track \
+     leak_unreachable error_backtraces\" (the default: overflow, use after free, double free, lost blocks at exit, \
+     with backtraces)\n";
+/// The default's exit report ends with the summary line (leak_unreachable), even with no leak.
+const NO_LEAKS: &str = "leak summary: definitely lost: 0 bytes in 0 blocks, indirectly lost: 0 \
+     bytes in 0 blocks, still reachable: 0 bytes in 0 blocks, suppressed: 0 bytes in 0 blocks\n";
 const STARS: &str = "*** *** *** *** *** *** *** *** *** *** *** *** *** *** *** ***\n";
 
 fn run_default(mode: &str) -> String {
@@ -35,7 +39,8 @@ fn run_default(mode: &str) -> String {
 
 /// Without --options, `run` says which options it uses and they catch the four classic bugs,
 /// each with the backtraces and the source lines of the program's frames; every error report
-/// ends with where the block was allocated (the `error_backtraces` extension).
+/// ends with where the block was allocated (the `error_backtraces` extension). Leaks are lost
+/// blocks only (leak_unreachable): buggy.c's leak mode drops its only pointer to the block.
 #[test]
 fn without_options_the_default_catches_the_common_bugs() {
     let allocated = format!(
@@ -47,7 +52,7 @@ fn without_options_the_default_catches_the_common_bugs() {
         format!(
             "{DEFAULT_LINE}{STARS}+++ ALLOCATION 0xADDR SIZE 20 HAS A CORRUPTED REAR GUARD\n  \
              allocation[20] = 0x01 (expected 0xbb)\nBacktrace at time of failure:\n\
-             #01 drop at buggy.c:10\n#02 main at buggy.c:17\n{STARS}{allocated}"
+             #01 drop at buggy.c:10\n#02 main at buggy.c:17\n{STARS}{allocated}{NO_LEAKS}"
         )
     );
     assert_eq!(
@@ -55,7 +60,7 @@ fn without_options_the_default_catches_the_common_bugs() {
         format!(
             "{DEFAULT_LINE}{STARS}+++ ALLOCATION 0xADDR USED AFTER FREE\n  \
              allocation[3] = 0x01 (expected 0xef)\nBacktrace at time of free:\n\
-             #01 drop at buggy.c:10\n#02 main at buggy.c:19\n{STARS}{allocated}"
+             #01 drop at buggy.c:10\n#02 main at buggy.c:19\n{STARS}{allocated}{NO_LEAKS}"
         )
     );
     assert_eq!(
@@ -64,17 +69,34 @@ fn without_options_the_default_catches_the_common_bugs() {
             "{DEFAULT_LINE}{STARS}+++ ALLOCATION 0xADDR USED AFTER FREE (free)\n\
              Backtrace of original free:\n#01 drop at buggy.c:10\n#02 main at buggy.c:23\n\
              Backtrace at time of failure:\n#01 drop at buggy.c:10\n#02 main at buggy.c:24\n\
-             {STARS}{allocated}"
+             {STARS}{allocated}{NO_LEAKS}"
         )
     );
     assert_eq!(
         run_default("leak"),
         format!(
-            "{DEFAULT_LINE}+++ buggy leaked block of size 20 at 0xADDR (leak 1 of 1)\n\
-             Backtrace at time of allocation:\n#01 make at buggy.c:8\n#02 main at buggy.c:14\n"
+            "{DEFAULT_LINE}+++ buggy leaked block of size 20 at 0xADDR (leak 1 of 1, definitely \
+             lost)\nBacktrace at time of allocation:\n#01 make at buggy.c:8\n\
+             #02 main at buggy.c:14\n{}",
+            NO_LEAKS.replace(
+                "definitely lost: 0 bytes in 0",
+                "definitely lost: 20 bytes in 1"
+            )
         )
     );
-    assert_eq!(run_default("none"), DEFAULT_LINE);
+    assert_eq!(run_default("none"), format!("{DEFAULT_LINE}{NO_LEAKS}"));
+    // The reference's report (every live block) is one --options away.
+    let out = cli()
+        .args(["run", "--options", "backtrace leak_track", "--"])
+        .arg(buggy())
+        .arg("leak")
+        .output()
+        .unwrap();
+    assert_eq!(
+        normalize(&stderr(&out), buggy()),
+        "+++ buggy leaked block of size 20 at 0xADDR (leak 1 of 1)\n\
+         Backtrace at time of allocation:\n#01 make at buggy.c:8\n#02 main at buggy.c:14\n"
+    );
 }
 
 /// A bad option string is refused with the library's own lines, and the program never starts.

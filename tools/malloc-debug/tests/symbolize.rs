@@ -37,8 +37,12 @@ fn symbolize(args: &[&str], input: &str) -> String {
     ok(child.wait_with_output().unwrap())
 }
 
-const LEAK: &str = "+++ NAME leaked block of size 20 at 0xADDR (leak 1 of 1)\n\
-                    Backtrace at time of allocation:\n#01 make at buggy.c:8\n#02 main at buggy.c:14\n";
+/// The default options' report of `buggy leak` (leak_unreachable: its kind, then the summary).
+const LEAK: &str = "+++ NAME leaked block of size 20 at 0xADDR (leak 1 of 1, definitely lost)\n\
+                    Backtrace at time of allocation:\n#01 make at buggy.c:8\n#02 main at buggy.c:14\n\
+                    leak summary: definitely lost: 20 bytes in 1 blocks, indirectly lost: 0 bytes \
+                    in 0 blocks, still reachable: 0 bytes in 0 blocks, suppressed: 0 bytes in 0 \
+                    blocks\n";
 
 /// Symbolizing a saved log gives what `run` shows live; every other byte is unchanged.
 #[test]
@@ -61,8 +65,9 @@ fn a_saved_host_log_gets_what_run_shows() {
     );
     let expected = format!(
         "{}{}",
-        "malloc-debug: using --options \"backtrace guard free_track leak_track error_backtraces\" (the default: \
-         overflow, use after free, double free, leaks, with backtraces)\n",
+        "malloc-debug: using --options \"backtrace guard free_track leak_track leak_unreachable error_backtraces\" \
+         (the default: overflow, use after free, double free, lost blocks at exit, with \
+         backtraces)\n",
         LEAK.replace("NAME", "buggy")
     );
     assert_eq!(normalize(&text, buggy()), expected);
@@ -175,8 +180,9 @@ fn separate_debug_info() {
             .map(|l| format!("{l}\n"))
             .collect::<String>()
     };
-    let unresolved = "+++ buggy leaked block of size 20 at 0xADDR (leak 1 of 1)\n\
-                      Backtrace at time of allocation:\n";
+    let unresolved = LEAK
+        .replace("NAME", "buggy")
+        .replace("#01 make at buggy.c:8\n#02 main at buggy.c:14\n", "");
     assert_eq!(lines(&symbolize(&[], &log), &stripped), unresolved);
 
     // .gnu_debuglink: the debug file next to the module (its CRC checked).

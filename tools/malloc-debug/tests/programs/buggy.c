@@ -22,7 +22,10 @@ int main(int argc, char** argv) {
   } else if (strcmp(mode, "double-free") == 0) {
     drop(slot);
     drop(slot);
-  } else if (strcmp(mode, "leak") != 0) {
+  } else if (strcmp(mode, "leak") == 0) {
+    /* The only pointer to the block is dropped: definitely lost, not merely still reachable. */
+    slot = 0;
+  } else {
     drop(slot);
   }
   return 0;
