@@ -384,11 +384,18 @@ impl MemoTable {
                 return None;
             }
         }
+        // Verified and pushed in one pass: a word is pushed once it matched the stack, and a
+        // mismatch later takes the pushed frames back. Each word and offset is read before the
+        // sequence check that precedes its stack read, so every pushed word belongs to the memo
+        // version whose start was checked above.
+        let before = sink.len();
+        let mut pushing = true;
         for i in 0..entries {
             let offset = memo.offsets[i].load(Ordering::Relaxed) as usize;
             let word = memo.words[i].load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             if memo.seq.load(Ordering::Relaxed) != s1 {
+                sink.truncate(before);
                 return None;
             }
             // SAFETY: `offset` belongs to the memo version whose start (pc, sp) and generation
@@ -397,21 +404,12 @@ impl MemoTable {
             // stack, inside the frame it has reached.
             let found = unsafe { ((sp + offset) as *const usize).read() };
             if found != word {
+                sink.truncate(before);
                 return None;
             }
-        }
-        let before = sink.len();
-        for i in (0..entries).filter(|i| is_ra & (1 << i) != 0) {
-            let ra = memo.words[i].load(Ordering::Relaxed);
-            if ra == 0 || !sink.push(ra) {
-                break;
+            if pushing && is_ra & (1 << i) != 0 {
+                pushing = word != 0 && sink.push(word);
             }
-        }
-        fence(Ordering::Acquire);
-        // The words pushed are the ones verified unless a writer got in between.
-        if memo.seq.load(Ordering::Relaxed) != s1 {
-            sink.truncate(before);
-            return None;
         }
         Some(sink.len())
     }

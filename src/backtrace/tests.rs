@@ -208,15 +208,15 @@ fn branch_next(path: usize, depth: usize, at_bottom: &mut dyn FnMut()) {
 
 #[test]
 fn branching_stacks_give_the_plain_walks_frames_whether_memos_thrash_or_not() {
-    // 64 stacks that share their first frames: far more continuations of one memo start than
+    // 256 stacks that share their first frames: far more continuations of one memo start than
     // a set holds, so the set's memos thrash and are left alone, with a probe now and then.
     // Round 0 walks without memos; one call site for every round, so that the frames above
     // the branching part are the same.
     let mut plain: Vec<Vec<usize>> = Vec::new();
     let left_alone = memo::LEFT_ALONE.load(Ordering::Relaxed);
-    for round in 0..black_box(21) {
-        for p in 0..64 {
-            let path = (p * 37 + round) % 64;
+    for round in 0..black_box(11) {
+        for p in 0..PATHS {
+            let path = (p * 37 + round) % PATHS;
             let got = capture_on_path(path, round != 0);
             if round == 0 {
                 plain.push(got);
@@ -227,13 +227,13 @@ fn branching_stacks_give_the_plain_walks_frames_whether_memos_thrash_or_not() {
         if round == 0 {
             let i0 = plain.iter().position(|f| f.is_empty());
             assert_eq!(i0, None);
-            for p in 1..64 {
+            for p in 1..PATHS {
                 assert_ne!(plain[p], plain[0], "path {p} is a stack of its own");
             }
             // Stored by path, not by the order walked.
-            let mut by_path = vec![Vec::new(); 64];
+            let mut by_path = vec![Vec::new(); PATHS];
             for (p, f) in plain.drain(..).enumerate() {
-                by_path[(p * 37) % 64] = f;
+                by_path[(p * 37) % PATHS] = f;
             }
             plain = by_path;
         }
@@ -244,11 +244,14 @@ fn branching_stacks_give_the_plain_walks_frames_whether_memos_thrash_or_not() {
     );
 }
 
+/// Stacks of `branching_stacks_...`: 2^8, so that each memo start has dozens of continuations.
+const PATHS: usize = 256;
+
 #[inline(never)]
 fn capture_on_path(path: usize, memos: bool) -> Vec<usize> {
     memo::OFF.store(!memos, Ordering::Relaxed);
     let mut out = Vec::new();
-    branch_a(path, 6, &mut || {
+    branch_a(path, PATHS.trailing_zeros() as usize, &mut || {
         let mut f = [0usize; 32];
         let n = capture(&mut f);
         out = f[..n].to_vec();
