@@ -123,9 +123,9 @@ pub fn allocation_of(state: &State, pointer: usize) -> failure::Allocation {
     found
 }
 
-/// Hands the allocation backtrace ids held by free_track's queue to a collection (called with
-/// the live table locked), so that a queued block's allocation backtrace survives while it
-/// waits. Nothing to do when the extension is off: the ids are then never printed.
+/// Hands the allocation backtrace ids held by free_track's queue to a collection (its last
+/// marking step, after the live table's shards), so that a queued block's allocation backtrace
+/// survives while it waits. Nothing to do when the extension is off: the ids are then never printed.
 pub fn mark_queued(mark: &mut dyn FnMut(u32)) {
     let Some(state) = crate::state::get() else {
         return;

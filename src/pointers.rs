@@ -49,7 +49,8 @@ use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use table::{Attempt, Table, is_key};
 
 const SHARD_BITS: u32 = 6;
-const SHARDS: usize = 1 << SHARD_BITS;
+/// Shards of the table (passes that go one shard at a time: collections of backtrace records).
+pub const SHARDS: usize = 1 << SHARD_BITS;
 const WAYS: usize = 4;
 /// Buckets of a shard's first table.
 const INITIAL_BUCKETS: usize = 32;
@@ -356,6 +357,26 @@ impl PointerTable {
             table: self,
             guards: core::array::from_fn(|i| self.shards[i].grow.lock()),
         }
+    }
+
+    /// Every live (pointer, info) of shard `k` (< SHARDS), holding that shard's grow lock so
+    /// that its table stays current; returns how many were visited. A pass over the whole
+    /// table a shard at a time, for callers that must not hold it all at once (collections of
+    /// backtrace records). The caller should be marked, as for `lock_all`.
+    pub fn for_each_in_shard(&self, k: usize, mut f: impl FnMut(usize, Info)) -> usize {
+        let Some(s) = self.shards.get(k) else {
+            return 0;
+        };
+        let _grow = s.grow.lock();
+        let mut n = 0;
+        // SAFETY: as in `add_key`; the grow lock keeps the table current.
+        if let Some(t) = unsafe { s.table.load(Ordering::SeqCst).as_ref() } {
+            t.for_each(|key, info| {
+                n += 1;
+                f(mangle(key), Info::unpack(info))
+            });
+        }
+        n
     }
 
     /// Fork child: the threads that held grow locks are gone.

@@ -1,13 +1,13 @@
 //! Pointer tracking: the live-pointer table, the interned backtraces, and what is captured when
 //! an allocation is recorded (docs/spec/allocation.md#allocation-backtraces).
 
-use crate::backtrace::{self, BacktraceTable, Origin};
+use crate::backtrace::{self, BacktraceTable, LiveIds, Origin};
 use crate::config::bits;
 use crate::pointers::{Info, Key, PointerTable};
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Marks backtrace ids that a module above this one keeps in use outside the live table (the
 /// `error_backtraces` extension's held free_track blocks, src/error_context.rs).
@@ -123,7 +123,7 @@ pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
     }
     track_with_backtrace(state, origin, Key::of(pointer), stored, size);
     if BACKTRACES.collection_wanted() {
-        collect();
+        collect_step();
     }
 }
 
@@ -176,41 +176,22 @@ fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, s
             BACKTRACES.intern_hashed(frames, hash).unwrap_or(BT_EMPTY)
         }
     };
-    publish(key, stored, settled_epoch(), intern);
+    publish(key, stored, BACKTRACES.epoch(), intern);
 }
 
-// Collecting unused backtrace records (see backtrace/table.rs). A record is in use while an
-// entry of the live table names it. The hot path takes no lock, so a collection cannot hold
-// off the threads that are between finding an id and storing it in the table; instead each
-// such thread checks `EPOCH` around its work and, if a collection overlapped it, makes sure its
-// id survived (`publish`). Ids are never reused, so a stale id can only fail to resolve, never
-// name another backtrace. Snapshots pin every record while they hold ids of blocks that may
-// be freed meanwhile.
-
-/// Odd while a collection frees records; every collection adds two.
-static EPOCH: AtomicU32 = AtomicU32::new(0);
-/// A collection is running (one at a time; the others go on allocating).
-static COLLECTING: AtomicBool = AtomicBool::new(false);
-/// Snapshots in use: while any is, nothing is collected.
-static PINS: AtomicUsize = AtomicUsize::new(0);
-
-/// The current epoch, once no collection is running. A collector holds its locks with the
-/// backtrace signal blocked, so waiting for it is allowed.
-fn settled_epoch() -> u32 {
-    loop {
-        let e = EPOCH.load(Ordering::SeqCst);
-        if e & 1 == 0 {
-            return e;
-        }
-        // SAFETY: sched_yield has no preconditions.
-        unsafe { libc::sched_yield() };
-    }
-}
+// Collecting unused backtrace records (backtrace/table/collect.rs explains the model). A record
+// is in use while an entry of the live table names it. Collections run a step at a time on
+// allocating threads, and the hot path takes no lock, so a thread may store an id after the
+// running collection passed that entry; each such thread compares the collection epoch before
+// finding its id and after storing it, and, if a collection overlapped, makes sure its id
+// survives (`publish`). Ids are never reused, so a stale id can only fail to resolve, never
+// name another backtrace. Snapshots pin every record while they hold ids of blocks that may be
+// freed meanwhile.
 
 /// Adds the entry for `key` with the id `intern` gives, and makes sure that id outlives any
 /// collection that ran since `before` (the epoch when the id was last known to be in use): a
-/// collection that overlapped may have missed the entry, so the id is checked after it and, if
-/// freed, interned again.
+/// collection that overlapped may have missed the entry, so the id is kept for the running
+/// collection or checked after it and, if freed, interned again. Never waits for a collection.
 fn publish(key: Key, size: u32, mut before: u32, mut intern: impl FnMut() -> u32) {
     let mut info = Info {
         size,
@@ -219,47 +200,52 @@ fn publish(key: Key, size: u32, mut before: u32, mut intern: impl FnMut() -> u32
     if !add(key, info) {
         return;
     }
-    // SeqCst, as the table's publishing CAS and the collector's epoch changes: if the epoch
-    // is unchanged, any collection starts after the entry is visible and marks its id.
-    while before & 1 != 0 || EPOCH.load(Ordering::SeqCst) != before {
-        before = settled_epoch();
-        if info.backtrace_id <= BT_EMPTY || BACKTRACES.contains(info.backtrace_id) {
+    loop {
+        // SeqCst, as the collector's epoch changes: if the epoch is even and unchanged, any
+        // collection starts after the entry is visible and its pass over the entry's shard
+        // marks the id.
+        let now = BACKTRACES.epoch();
+        if (now == before && now & 1 == 0)
+            || info.backtrace_id <= BT_EMPTY
+            || BACKTRACES.keep(info.backtrace_id)
+        {
             return;
         }
+        before = now;
         info.backtrace_id = intern();
         POINTERS.set_info(key, info);
     }
 }
 
+/// The live table as the collector sees it: shard by shard, each under its own lock.
+struct LiveTable;
+
+/// The live table's shards, then, when a feature above keeps ids elsewhere (`IN_USE_ELSEWHERE`),
+/// one more "shard": those ids, marked last.
+impl LiveIds for LiveTable {
+    fn shards(&self) -> usize {
+        crate::pointers::SHARDS + usize::from(in_use_elsewhere().is_some())
+    }
+
+    fn for_each_id(&self, k: usize, f: &mut dyn FnMut(u32)) -> usize {
+        if k < crate::pointers::SHARDS {
+            return POINTERS.for_each_in_shard(k, |_, info| f(info.backtrace_id));
+        }
+        let mut n = 0;
+        if let Some(mark_more) = in_use_elsewhere() {
+            mark_more(&mut |id| {
+                n += 1;
+                f(id)
+            });
+        }
+        n
+    }
+}
+
 #[cold]
 #[inline(never)]
-fn collect() {
-    if COLLECTING.swap(true, Ordering::Acquire) {
-        return;
-    }
-    // Marked, signal blocked: threads wait for the collector's locks and for its epoch.
-    let _slow = crate::sync::DisabledScope::enter();
-    let table = POINTERS.lock_all();
-    // SeqCst, as the increment in `pin_records`: either it sees the pin, or the pinning thread
-    // reads the table after this collection.
-    if PINS.load(Ordering::SeqCst) == 0 {
-        EPOCH.fetch_add(1, Ordering::SeqCst);
-        BACKTRACES.collect(table.len(), |mark| {
-            table.for_each(|_, info| {
-                if info.backtrace_id > BT_EMPTY {
-                    mark(info.backtrace_id);
-                }
-            });
-            if let Some(mark_more) = in_use_elsewhere() {
-                mark_more(mark);
-            }
-        });
-        EPOCH.fetch_add(1, Ordering::SeqCst);
-    } else {
-        BACKTRACES.postpone_collection(BACKTRACES.records());
-    }
-    drop(table);
-    COLLECTING.store(false, Ordering::Release);
+fn collect_step() {
+    BACKTRACES.collect_step(&LiveTable);
 }
 
 /// Keeps every backtrace record alive while a snapshot of the live table (which holds ids of
@@ -267,25 +253,19 @@ fn collect() {
 pub struct RecordPin(());
 
 pub fn pin_records() -> RecordPin {
-    PINS.fetch_add(1, Ordering::SeqCst);
-    // A collection already running may not have seen the pin: let it finish.
-    settled_epoch();
+    BACKTRACES.pin();
     RecordPin(())
 }
 
 impl Drop for RecordPin {
     fn drop(&mut self) {
-        // Saturating: a pin taken before a fork is not counted in the child (see reset_in_child).
-        let _ = PINS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        BACKTRACES.unpin();
     }
 }
 
-/// Fork child: the other threads, their pins and any collection are gone.
+/// Fork child: the other threads, their pins and any collection step are gone.
 pub fn reset_in_child() {
-    PINS.store(0, Ordering::SeqCst);
-    COLLECTING.store(false, Ordering::Relaxed);
-    let e = EPOCH.load(Ordering::SeqCst);
-    EPOCH.store(e + (e & 1), Ordering::SeqCst);
+    BACKTRACES.reset_in_child();
     POINTERS.reset_in_child();
 }
 
@@ -293,7 +273,7 @@ pub fn reset_in_child() {
 #[derive(Clone, Copy)]
 pub struct Removed {
     info: Info,
-    /// `EPOCH` before the removal.
+    /// The collection epoch before the removal.
     epoch: u32,
 }
 
@@ -306,7 +286,7 @@ impl Removed {
 
 /// Takes `pointer` out of the live table.
 pub fn untrack(pointer: usize) -> Option<Removed> {
-    let epoch = EPOCH.load(Ordering::SeqCst);
+    let epoch = BACKTRACES.epoch();
     POINTERS.remove(pointer).map(|info| Removed { info, epoch })
 }
 

@@ -88,9 +88,26 @@ fn each_floor_does_the_work_of_its_option() {
 #[test]
 fn the_pause_benchmark_reports_every_pair_bare_and_under_backtrace() {
     let pauses = compile_c("pauses", "benches/pauses.c", &["-O2"]);
-    let args = ["3000", "64", "9000", "20000"];
-    let bare = run(&pauses, &args, None);
-    let traced = run_under_front(&pauses, &args, Some("backtrace"), &[]);
+    // Timed by the monotonic clock, then by the thread's CPU clock.
+    for args in [
+        &["3000", "64", "9000", "20000"][..],
+        &["3000", "64", "9000", "20000", "cpu"][..],
+    ] {
+        pause_report_is_complete(&pauses, args);
+    }
+    // 4^10 call paths at most, and nothing is run with arguments it cannot honour.
+    for args in [
+        &["0", "1048576", "1", "1"][..],
+        &["0", "1", "1", "1", "gpu"][..],
+    ] {
+        let out = clean_command(&pauses).args(args).output().unwrap();
+        assert_exit_code(&out, 2);
+    }
+}
+
+fn pause_report_is_complete(pauses: &Path, args: &[&str]) {
+    let bare = run(pauses, args, None);
+    let traced = run_under_front(pauses, args, Some("backtrace"), &[]);
     assert_exit_code(&traced, 0);
     for out in [bare, stdout_of(&traced)] {
         let words: Vec<&str> = out.split_whitespace().collect();
@@ -113,10 +130,17 @@ fn the_pause_benchmark_reports_every_pair_bare_and_under_backtrace() {
             "{out}"
         );
     }
-    // 4^10 call paths at most, and nothing is run with arguments it cannot honour.
-    let too_many = clean_command(&pauses)
-        .args(["0", "1048576", "1", "1"])
-        .output()
-        .unwrap();
-    assert_exit_code(&too_many, 2);
+}
+
+#[test]
+fn the_stack_mix_computes_the_same_result_bare_and_under_backtrace() {
+    let mix = compile_c("stack_mix", "benches/stack_mix.c", &["-O2"]);
+    for threads in ["1", "2"] {
+        let args = [threads, "100000"];
+        let bare = run(&mix, &args, None);
+        assert!(bare.starts_with("checksum "), "{bare}");
+        let traced = run_under_front(&mix, &args, Some("backtrace leak_track guard"), &[]);
+        assert_exit_code(&traced, 0);
+        assert_eq!(stdout_of(&traced), bare, "{threads} thread(s)");
+    }
 }

@@ -34,6 +34,15 @@
 //! is a seqlock (as in cache.rs).
 //! A reader re-checks the sequence before each stack read, so it never follows an offset from
 //! a memo that is being rewritten.
+//!
+//! Thrashing: one start can lead on to many different stacks (a program whose call chains
+//! branch above the allocating frames: benches/stack_mix.c has 32 continuations per start). All
+//! of them share a set, which holds `WAYS`; past that, most replays try every way in vain and
+//! then record and store a memo that evicts another one, which costs far more than walking
+//! without memos (2,800 instructions per call against 1,900 on that mix). Each set keeps a
+//! miss score (an average of its replays that found ways with its tag but no match); while it
+//! says most replays miss, walks from the set's starts neither try nor record memos, except
+//! for one probe in about `PAUSE` walks that tells whether the set's starts repeat again.
 
 use super::arch::Regs;
 use super::cache::{ANY_GENERATION, UNKNOWN_GENERATION, begin_write, end_write};
@@ -52,6 +61,38 @@ const WAYS: usize = 8;
 /// `limit` of a walk that ended by itself (outermost frame, zero return address, implausible
 /// frame) rather than by filling the caller's buffer: valid for any buffer size.
 const NATURAL_END: u32 = 0xffff;
+/// A set's miss score (`MemoTable::misses`) is about `MISS_ONE` times the share of its recent
+/// replays that missed (an average over about `MISS_DECAY` replays).
+const MISS_ONE: u32 = 1024;
+const MISS_DECAY: u32 = 16;
+/// Above this score (half of the replays missed) the set's memos are left alone.
+const MISS_LIMIT: u32 = MISS_ONE / 2;
+/// Walks left alone after a miss that takes the score above MISS_LIMIT.
+const PAUSE: u32 = 32;
+
+/// The miss score policy: whether a set with this score is left alone (and its next score),
+/// and the score after a replay that hit or missed. While a set is left alone its score falls
+/// by one per walk; a miss that takes it above MISS_LIMIT puts it at least PAUSE above, so a
+/// set whose memos keep missing is probed about once in PAUSE walks.
+#[inline(always)]
+fn left_alone(score: u32) -> Option<u32> {
+    (score > MISS_LIMIT).then(|| score - 1)
+}
+
+#[inline(always)]
+fn after_hit(score: u32) -> u32 {
+    score - score.div_ceil(MISS_DECAY)
+}
+
+#[inline(always)]
+fn after_miss(score: u32) -> u32 {
+    let score = score - score / MISS_DECAY + MISS_ONE / MISS_DECAY;
+    if score > MISS_LIMIT {
+        score.max(MISS_LIMIT + PAUSE)
+    } else {
+        score
+    }
+}
 
 /// The stack reads of one cached walk, collected while it runs.
 pub struct Trace {
@@ -227,6 +268,9 @@ pub struct MemoTable {
     tags: [SetTags; SETS],
     /// Per set, tags of starts seen once without a memo (see `replay`).
     ghosts: [SetTags; SETS],
+    /// Per set, the miss score (see the module doc: thrashing). Written only when it changes,
+    /// so a set whose memos hit keeps its line shared.
+    misses: [AtomicU32; SETS],
     /// Round-robin victim choice; a racy increment is harmless (any way will do).
     victim: AtomicUsize,
 }
@@ -247,6 +291,7 @@ impl MemoTable {
             memos: [const { Memo::new() }; SETS * WAYS],
             tags: [const { SetTags([const { AtomicUsize::new(0) }; WAYS]) }; SETS],
             ghosts: [const { SetTags([const { AtomicUsize::new(0) }; WAYS]) }; SETS],
+            misses: [const { AtomicU32::new(0) }; SETS],
             victim: AtomicUsize::new(0),
         }
     }
@@ -263,6 +308,15 @@ impl MemoTable {
         }
         let set = set_of(start.ra, start.sp);
         let tag = tag_of(start.ra, start.sp);
+        let misses = &self.misses[set];
+        let score = misses.load(Ordering::Relaxed);
+        if let Some(next) = left_alone(score) {
+            // Thrashing: walk without memos, and come back to probe once the score has fallen.
+            misses.store(next, Ordering::Relaxed);
+            #[cfg(test)]
+            LEFT_ALONE.fetch_add(1, Ordering::Relaxed);
+            return Replay::Skip;
+        }
         let mut known = false;
         for (way, t) in self.tags[set].0.iter().enumerate() {
             if t.load(Ordering::Relaxed) != tag {
@@ -273,8 +327,15 @@ impl MemoTable {
             if let Some(n) = self.try_memo(memo, start, sink, generation) {
                 #[cfg(test)]
                 HITS.fetch_add(1, Ordering::Relaxed);
+                if score != 0 {
+                    misses.store(after_hit(score), Ordering::Relaxed);
+                }
                 return Replay::Hit(n);
             }
+        }
+        if known {
+            // Memos of this start, none of them for this stack.
+            misses.store(after_miss(score), Ordering::Relaxed);
         }
         // Admission: a start seen for the first time only leaves its tag among the set's
         // ghosts; a memo is recorded the next time a walk passes there. Recording and storing a
@@ -323,11 +384,18 @@ impl MemoTable {
                 return None;
             }
         }
+        // Verified and pushed in one pass: a word is pushed once it matched the stack, and a
+        // mismatch later takes the pushed frames back. Each word and offset is read before the
+        // sequence check that precedes its stack read, so every pushed word belongs to the memo
+        // version whose start was checked above.
+        let before = sink.len();
+        let mut pushing = true;
         for i in 0..entries {
             let offset = memo.offsets[i].load(Ordering::Relaxed) as usize;
             let word = memo.words[i].load(Ordering::Relaxed);
             fence(Ordering::Acquire);
             if memo.seq.load(Ordering::Relaxed) != s1 {
+                sink.truncate(before);
                 return None;
             }
             // SAFETY: `offset` belongs to the memo version whose start (pc, sp) and generation
@@ -336,21 +404,12 @@ impl MemoTable {
             // stack, inside the frame it has reached.
             let found = unsafe { ((sp + offset) as *const usize).read() };
             if found != word {
+                sink.truncate(before);
                 return None;
             }
-        }
-        let before = sink.len();
-        for i in (0..entries).filter(|i| is_ra & (1 << i) != 0) {
-            let ra = memo.words[i].load(Ordering::Relaxed);
-            if ra == 0 || !sink.push(ra) {
-                break;
+            if pushing && is_ra & (1 << i) != 0 {
+                pushing = word != 0 && sink.push(word);
             }
-        }
-        fence(Ordering::Acquire);
-        // The words pushed are the ones verified unless a writer got in between.
-        if memo.seq.load(Ordering::Relaxed) != s1 {
-            sink.truncate(before);
-            return None;
         }
         Some(sink.len())
     }
@@ -425,6 +484,9 @@ impl MemoTable {
 pub static OFF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 #[cfg(test)]
 pub static HITS: AtomicUsize = AtomicUsize::new(0);
+/// Tests: walks that left their set's memos alone (thrashing).
+#[cfg(test)]
+pub static LEFT_ALONE: AtomicUsize = AtomicUsize::new(0);
 
 /// The loader generation, read through libc (marked: see `slow_lookup` in walk.rs).
 #[cold]
@@ -432,4 +494,70 @@ pub static HITS: AtomicUsize = AtomicUsize::new(0);
 fn read_generation() -> u32 {
     let _foreign = crate::sync::DisabledScope::enter();
     super::cfi::generation()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Walks of one set whose replays hit when `hit(i)` says so: (replays tried, walks left
+    /// alone) over `walks` walks from a fresh score.
+    fn run(walks: usize, hit: impl Fn(usize) -> bool) -> (usize, usize) {
+        let (mut score, mut tried, mut alone) = (0, 0, 0);
+        for i in 0..walks {
+            if let Some(next) = left_alone(score) {
+                score = next;
+                alone += 1;
+                continue;
+            }
+            tried += 1;
+            score = if hit(i) {
+                after_hit(score)
+            } else {
+                after_miss(score)
+            };
+        }
+        (tried, alone)
+    }
+
+    #[test]
+    fn sets_whose_memos_hit_are_never_left_alone() {
+        assert_eq!(run(100_000, |_| true), (100_000, 0));
+        // Three hits in four: still worth trying.
+        assert_eq!(run(100_000, |i| i % 4 != 0), (100_000, 0));
+    }
+
+    #[test]
+    fn thrashing_sets_are_probed_now_and_then() {
+        // A quarter of the replays hit (32 continuations of a start, 8 ways): after a short
+        // run-in, about one walk in PAUSE probes.
+        let (tried, alone) = run(100_000, |i| i % 4 == 0);
+        assert_eq!(tried + alone, 100_000);
+        let per_probe = 100_000 / tried;
+        let expected = PAUSE as usize;
+        assert!(
+            (expected / 2..=expected * 2).contains(&per_probe),
+            "one probe per {per_probe} walks"
+        );
+        // Every replay missing: the same pace.
+        let (tried, _) = run(100_000, |_| false);
+        assert!((expected / 2..=expected * 2).contains(&(100_000 / tried)));
+    }
+
+    #[test]
+    fn a_set_comes_back_once_its_memos_hit_again() {
+        let mut score = 0;
+        for _ in 0..1000 {
+            score = left_alone(score).unwrap_or_else(|| after_miss(score));
+        }
+        assert!(score >= MISS_LIMIT, "score {score}");
+        // From now on every probe hits: the set is tried on every walk again within a few
+        // hundred walks.
+        let mut walks = 0;
+        while left_alone(score).is_some() || score > MISS_LIMIT / 2 {
+            score = left_alone(score).unwrap_or_else(|| after_hit(score));
+            walks += 1;
+            assert!(walks < 1000, "score {score}");
+        }
+    }
 }

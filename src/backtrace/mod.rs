@@ -28,7 +28,7 @@ mod walk;
 mod tests;
 
 pub use symbolize::Session as SymbolSession;
-pub use table::BacktraceTable;
+pub use table::{BacktraceTable, LiveIds};
 
 use crate::platform::Priority;
 use core::sync::atomic::Ordering;

@@ -181,6 +181,85 @@ fn memos_replay_exactly_what_the_walk_finds() {
     );
 }
 
+/// Two frame functions that call each other in the order the bits of `path` say: 2^depth
+/// different stacks above one start (benches/stack_mix.c's shape).
+#[inline(never)]
+fn branch_a(path: usize, depth: usize, at_bottom: &mut dyn FnMut()) {
+    branch_next(path, depth, at_bottom);
+    black_box(());
+}
+
+#[inline(never)]
+fn branch_b(path: usize, depth: usize, at_bottom: &mut dyn FnMut()) {
+    branch_next(path, depth, at_bottom);
+    black_box(());
+}
+
+#[inline(always)]
+fn branch_next(path: usize, depth: usize, at_bottom: &mut dyn FnMut()) {
+    if depth == 0 {
+        at_bottom();
+    } else if path & 1 == 0 {
+        branch_a(black_box(path >> 1), depth - 1, at_bottom);
+    } else {
+        branch_b(black_box(path >> 1), depth - 1, at_bottom);
+    }
+}
+
+#[test]
+fn branching_stacks_give_the_plain_walks_frames_whether_memos_thrash_or_not() {
+    // 256 stacks that share their first frames: far more continuations of one memo start than
+    // a set holds, so the set's memos thrash and are left alone, with a probe now and then.
+    // Round 0 walks without memos; one call site for every round, so that the frames above
+    // the branching part are the same.
+    let mut plain: Vec<Vec<usize>> = Vec::new();
+    let left_alone = memo::LEFT_ALONE.load(Ordering::Relaxed);
+    for round in 0..black_box(11) {
+        for p in 0..PATHS {
+            let path = (p * 37 + round) % PATHS;
+            let got = capture_on_path(path, round != 0);
+            if round == 0 {
+                plain.push(got);
+            } else {
+                assert_eq!(got, plain[path], "round {round} path {path}");
+            }
+        }
+        if round == 0 {
+            let i0 = plain.iter().position(|f| f.is_empty());
+            assert_eq!(i0, None);
+            for p in 1..PATHS {
+                assert_ne!(plain[p], plain[0], "path {p} is a stack of its own");
+            }
+            // Stored by path, not by the order walked.
+            let mut by_path = vec![Vec::new(); PATHS];
+            for (p, f) in plain.drain(..).enumerate() {
+                by_path[(p * 37) % PATHS] = f;
+            }
+            plain = by_path;
+        }
+    }
+    assert!(
+        memo::LEFT_ALONE.load(Ordering::Relaxed) > left_alone,
+        "the memos thrashed and were left alone"
+    );
+}
+
+/// Stacks of `branching_stacks_...`: 2^8, so that each memo start has dozens of continuations.
+const PATHS: usize = 256;
+
+#[inline(never)]
+fn capture_on_path(path: usize, memos: bool) -> Vec<usize> {
+    memo::OFF.store(!memos, Ordering::Relaxed);
+    let mut out = Vec::new();
+    branch_a(path, PATHS.trailing_zeros() as usize, &mut || {
+        let mut f = [0usize; 32];
+        let n = capture(&mut f);
+        out = f[..n].to_vec();
+    });
+    memo::OFF.store(false, Ordering::Relaxed);
+    black_box(out)
+}
+
 #[test]
 fn memos_under_concurrent_captures_and_rewrites() {
     let threads: Vec<_> = (0..4)
