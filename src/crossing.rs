@@ -22,7 +22,7 @@
 use crate::config::bits;
 use crate::dispatch::MallocDispatch;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG};
-use crate::pointers::{Info, Key, PointerTable};
+use crate::live_table::{Info, Key, LiveTable};
 use crate::state::{self, State};
 use crate::tracking;
 use core::ffi::c_void;
@@ -31,7 +31,7 @@ use core::ptr::null_mut;
 /// Old tables are never unmapped: a marked thread need not be inside the call gate whose
 /// quiescence the live table relies on (the disabling thread is not). A shard keeps at most as
 /// many retired tables as doublings, whose total is below its current table's size.
-static NATIVE: PointerTable = PointerTable::new(|_| false);
+static NATIVE: LiveTable = LiveTable::new(|_| false);
 
 const NOTHING: Info = Info {
     size: 0,
@@ -43,7 +43,7 @@ const NOTHING: Info = Info {
 /// are no headers either, and the debug path frees a native block as it is. A block the full
 /// set cannot take is simply not remembered: its unmarked free is then reported as before.
 pub fn handed_out(pointer: *mut c_void) -> *mut c_void {
-    if !pointer.is_null() && state::get().is_some_and(|s| s.has(bits::TRACK_ALLOCS)) {
+    if !pointer.is_null() && state::get().is_some_and(|s| s.plan.track) {
         NATIVE.add_key(Key::of(pointer as usize), NOTHING);
     }
     pointer
@@ -131,7 +131,7 @@ pub fn usable_size_if_native(d: &MallocDispatch, pointer: usize) -> Option<usize
 /// The library's own live block at `pointer`, if it is one: its usable size. Only tracked
 /// modes can tell (header mode always tracks; without tracking a block of ours is a native one).
 fn ours(state: &State, pointer: usize) -> Option<usize> {
-    if pointer == 0 || !state.has(bits::TRACK_ALLOCS) {
+    if pointer == 0 || !state.plan.track {
         return None;
     }
     let live = tracking::is_live(pointer) || untracked_ours(state, pointer);

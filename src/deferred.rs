@@ -2,7 +2,6 @@
 //! the heap dump (SIGRTMAX-17) and the allocator statistics (SIGRTMAX-15); and at the next call of
 //! any allocation function, the unreachable-memory check (SIGRTMAX-16).
 
-use crate::config::bits;
 use crate::dispatch::M_LOG_STATS;
 use crate::log::{log_error, log_info};
 use crate::signals::{DUMP_PENDING, STATS_PENDING, UNREACHABLE_CHECK_PENDING};
@@ -14,7 +13,7 @@ use core::sync::atomic::Ordering;
 #[inline]
 pub fn on_entry(state: &State) {
     if UNREACHABLE_CHECK_PENDING.load(Ordering::Relaxed)
-        && state.has(bits::CHECK_UNREACHABLE_ON_SIGNAL)
+        && state.plan.unreachable_on_signal
         && UNREACHABLE_CHECK_PENDING.swap(false, Ordering::AcqRel)
     {
         check_unreachable(state);
@@ -36,13 +35,13 @@ fn check_unreachable(state: &State) {
 
 #[inline]
 pub fn on_internal_malloc_or_free(state: &State) {
-    if state.has(bits::BACKTRACE) && DUMP_PENDING.load(Ordering::Relaxed) {
+    if state.plan.dump_on_signal && DUMP_PENDING.load(Ordering::Relaxed) {
         // One signal, one dump: only the thread that clears the flag dumps.
         if DUMP_PENDING.swap(false, Ordering::AcqRel) {
             crate::platform::keeping_errno(|| crate::report::dump_heap_on_signal(state));
         }
     }
-    if state.has(bits::LOG_ALLOCATOR_STATS_ON_SIGNAL)
+    if state.plan.stats_on_signal
         && STATS_PENDING.load(Ordering::Relaxed)
         && STATS_PENDING.swap(false, Ordering::AcqRel)
     {

@@ -27,6 +27,18 @@ pub struct Plan {
     pub realloc_expand: usize,
     /// Log every call to the record_allocs file (`record_allocs`): src/record/.
     pub record: bool,
+    /// Capture each allocation's backtrace into the live table's record (`backtrace`, while
+    /// `backtrace_enable_on_signal` has not turned capture off): src/tracking.rs.
+    pub capture: bool,
+    /// Capture only for sizes in this range, inclusive (`backtrace_size`,
+    /// `backtrace_min_size`, `backtrace_max_size`); None: every size.
+    pub capture_sizes: Option<(usize, usize)>,
+    /// Work the signals ask for, done by the next call (src/deferred.rs): the heap dump
+    /// (`backtrace`), the unreachable check (`check_unreachable_on_signal`), the allocator
+    /// statistics (`log_allocator_stats_on_signal`).
+    pub dump_on_signal: bool,
+    pub unreachable_on_signal: bool,
+    pub stats_on_signal: bool,
 }
 
 impl Plan {
@@ -40,6 +52,14 @@ impl Plan {
             free_frames: bytes_if(bits::FREE_TRACK, config.free_track_backtrace_num_frames),
             realloc_expand: bytes_if(bits::EXPAND_ALLOC, config.expand_alloc_bytes),
             record: config.has(bits::RECORD_ALLOCS),
+            capture: config.has(bits::BACKTRACE),
+            capture_sizes: config.has(bits::BACKTRACE_SPECIFIC_SIZES).then_some((
+                config.backtrace_min_size_bytes,
+                config.backtrace_max_size_bytes,
+            )),
+            dump_on_signal: config.has(bits::BACKTRACE),
+            unreachable_on_signal: config.has(bits::CHECK_UNREACHABLE_ON_SIGNAL),
+            stats_on_signal: config.has(bits::LOG_ALLOCATOR_STATS_ON_SIGNAL),
         }
     }
 
@@ -72,11 +92,19 @@ mod tests {
                 free_frames: 16,
                 realloc_expand: 7,
                 record: false,
+                capture: false,
+                capture_sizes: None,
+                dump_on_signal: false,
+                unreachable_on_signal: false,
+                stats_on_signal: false,
             }
         );
         assert!(plan.free_needs_usable_size());
         let plan = Plan::new(&parse_for_test("leak_track fill_on_alloc=64"));
         assert!(plan.track && plan.fill_on_alloc == 64 && plan.fill_on_free == 0);
         assert!(!plan.free_needs_usable_size());
+        let plan = Plan::new(&parse_for_test("backtrace backtrace_min_size=64"));
+        assert!(plan.capture && plan.dump_on_signal && plan.track);
+        assert_eq!(plan.capture_sizes, Some((64, usize::MAX)));
     }
 }

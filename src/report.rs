@@ -15,7 +15,7 @@ use crate::output::{FdWriter, OutputFile};
 use crate::platform;
 use crate::snapshot::{Record, Snapshot};
 use crate::state::State;
-use crate::tracking::{self, BACKTRACES, POINTERS};
+use crate::tracking::{self, BACKTRACES, LIVE_TABLE};
 use core::ffi::{c_int, c_void};
 use core::fmt::Write;
 
@@ -124,7 +124,7 @@ pub fn malloc_backtrace(
     }
     // arm64 libc hands this pointer over still tagged (docs/spec/abi.md#malloc_backtrace).
     let pointer = untag(pointer as usize);
-    let Some(info) = POINTERS.get(pointer) else {
+    let Some(info) = LIVE_TABLE.get(pointer) else {
         return 0;
     };
     if info.backtrace_id <= tracking::BT_EMPTY {

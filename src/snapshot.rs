@@ -3,7 +3,7 @@
 //! mmap'd memory, then sorted and used without holding any lock.
 
 use crate::pages;
-use crate::tracking::{self, BACKTRACES, POINTERS};
+use crate::tracking::{self, BACKTRACES, LIVE_TABLE};
 use core::cmp::Ordering;
 use core::ptr::NonNull;
 
@@ -48,7 +48,7 @@ impl Snapshot {
         })
     }
 
-    fn push_entry(&mut self, pointer: usize, info: crate::pointers::Info) {
+    fn push_entry(&mut self, pointer: usize, info: crate::live_table::Info) {
         let (size, zygote) = tracking::decode_size(info.size);
         self.push(Record {
             pointer,
@@ -66,7 +66,7 @@ impl Snapshot {
         let pin = tracking::pin_records();
         // Marked and with the backtrace signal blocked while the grow locks are held.
         let _slow = crate::sync::DisabledScope::enter();
-        let table = POINTERS.lock_all();
+        let table = LIVE_TABLE.lock_all();
         Self::copy(pin, table.len(), |f| table.for_each(f))
     }
 
@@ -75,8 +75,8 @@ impl Snapshot {
     pub fn take_unsorted_quiescent() -> Option<Snapshot> {
         let pin = tracking::pin_records();
         let mut count = 0;
-        POINTERS.for_each_unlocked(|_, _| count += 1);
-        Self::copy(pin, count, |f| POINTERS.for_each_unlocked(f))
+        LIVE_TABLE.for_each_unlocked(|_, _| count += 1);
+        Self::copy(pin, count, |f| LIVE_TABLE.for_each_unlocked(f))
     }
 
     /// Copies what `for_each` passes; room for `len` entries and some that may arrive meanwhile,
@@ -85,7 +85,7 @@ impl Snapshot {
     fn copy(
         pin: tracking::RecordPin,
         len: usize,
-        for_each: impl Fn(&mut dyn FnMut(usize, crate::pointers::Info)),
+        for_each: impl Fn(&mut dyn FnMut(usize, crate::live_table::Info)),
     ) -> Option<Snapshot> {
         let _held = pin;
         let mut room = len + len / 8 + 64;

@@ -2,8 +2,7 @@
 //! an allocation is recorded (docs/spec/allocation.md#allocation-backtraces).
 
 use crate::backtrace::{self, BacktraceTable, LiveIds, Origin};
-use crate::config::bits;
-use crate::pointers::{Info, Key, PointerTable};
+use crate::live_table::{Info, Key, LiveTable};
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
 use core::mem::MaybeUninit;
@@ -30,9 +29,9 @@ fn in_use_elsewhere() -> Option<MarkInUse> {
 }
 
 /// Old tables are unmapped once every call that was inside the library when they were replaced
-/// has left (see `pointers`' module doc).
-pub static POINTERS: PointerTable =
-    PointerTable::new(|seen| crate::sync::GATE.observe_quiescence(seen));
+/// has left (see `live_table`'s module doc).
+pub static LIVE_TABLE: LiveTable =
+    LiveTable::new(|seen| crate::sync::GATE.observe_quiescence(seen));
 pub static BACKTRACES: BacktraceTable = BacktraceTable::new();
 
 /// Backtrace slot values below the interned ids.
@@ -78,9 +77,8 @@ impl FrameBuffer {
     /// when nothing was found.
     pub fn capture(&mut self, state: &State, origin: &Origin, size: usize, frames: usize) {
         self.len = 0;
-        let c = &state.config;
-        if state.has(bits::BACKTRACE_SPECIFIC_SIZES)
-            && (size < c.backtrace_min_size_bytes || size > c.backtrace_max_size_bytes)
+        if let Some((min, max)) = state.plan.capture_sizes
+            && (size < min || size > max)
         {
             return;
         }
@@ -111,7 +109,7 @@ pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
     if state.zygote_child() {
         stored |= ZYGOTE_BIT;
     }
-    if !state.has(bits::BACKTRACE) || !BACKTRACE_ENABLED.load(Ordering::Relaxed) {
+    if !state.plan.capture || !BACKTRACE_ENABLED.load(Ordering::Relaxed) {
         add(
             Key::of(pointer),
             Info {
@@ -128,7 +126,7 @@ pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
 }
 
 fn add(key: Key, info: Info) -> bool {
-    if POINTERS.add_key(key, info) {
+    if LIVE_TABLE.add_key(key, info) {
         return true;
     }
     table_full();
@@ -213,23 +211,23 @@ fn publish(key: Key, size: u32, mut before: u32, mut intern: impl FnMut() -> u32
         }
         before = now;
         info.backtrace_id = intern();
-        POINTERS.set_info(key, info);
+        LIVE_TABLE.set_info(key, info);
     }
 }
 
 /// The live table as the collector sees it: shard by shard, each under its own lock.
-struct LiveTable;
+struct LiveTableIds;
 
 /// The live table's shards, then, when a feature above keeps ids elsewhere (`IN_USE_ELSEWHERE`),
 /// one more "shard": those ids, marked last.
-impl LiveIds for LiveTable {
+impl LiveIds for LiveTableIds {
     fn shards(&self) -> usize {
-        crate::pointers::SHARDS + usize::from(in_use_elsewhere().is_some())
+        crate::live_table::SHARDS + usize::from(in_use_elsewhere().is_some())
     }
 
     fn for_each_id(&self, k: usize, f: &mut dyn FnMut(u32)) -> usize {
-        if k < crate::pointers::SHARDS {
-            return POINTERS.for_each_in_shard(k, |_, info| f(info.backtrace_id));
+        if k < crate::live_table::SHARDS {
+            return LIVE_TABLE.for_each_in_shard(k, |_, info| f(info.backtrace_id));
         }
         let mut n = 0;
         if let Some(mark_more) = in_use_elsewhere() {
@@ -245,7 +243,7 @@ impl LiveIds for LiveTable {
 #[cold]
 #[inline(never)]
 fn collect_step() {
-    BACKTRACES.collect_step(&LiveTable);
+    BACKTRACES.collect_step(&LiveTableIds);
 }
 
 /// Keeps every backtrace record alive while a snapshot of the live table (which holds ids of
@@ -266,7 +264,7 @@ impl Drop for RecordPin {
 /// Fork child: the other threads, their pins and any collection step are gone.
 pub fn reset_in_child() {
     BACKTRACES.reset_in_child();
-    POINTERS.reset_in_child();
+    LIVE_TABLE.reset_in_child();
 }
 
 /// A block's record, taken out of the live table by free, realloc or verification.
@@ -287,7 +285,9 @@ impl Removed {
 /// Takes `pointer` out of the live table.
 pub fn untrack(pointer: usize) -> Option<Removed> {
     let epoch = BACKTRACES.epoch();
-    POINTERS.remove(pointer).map(|info| Removed { info, epoch })
+    LIVE_TABLE
+        .remove(pointer)
+        .map(|info| Removed { info, epoch })
 }
 
 /// Puts a record taken by `untrack` back (the block stays as it was). Its backtrace record may
@@ -301,12 +301,12 @@ pub fn restore(pointer: usize, record: Removed) {
 }
 
 pub fn is_live(pointer: usize) -> bool {
-    POINTERS.get(pointer).is_some()
+    LIVE_TABLE.get(pointer).is_some()
 }
 
 /// The allocation backtrace id of a live block; `None` when `pointer` is not in the table.
 pub fn backtrace_of(pointer: usize) -> Option<u32> {
-    POINTERS.get(pointer).map(|info| info.backtrace_id)
+    LIVE_TABLE.get(pointer).map(|info| info.backtrace_id)
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ impl Release {
 /// ours once the table could not grow.
 #[inline(always)]
 pub fn check_and_untrack(state: &State, pointer: usize, function: &str) -> Release {
-    if !state.has(bits::TRACK_ALLOCS) {
+    if !state.plan.track {
         return if check(state, pointer, function) {
             Release::Allowed
         } else {
@@ -143,7 +143,7 @@ fn untrack_checked(state: &State, pointer: usize, function: &str) -> Release {
 /// saves every register.
 #[inline(always)]
 fn find_problem(state: &State, pointer: usize) -> Option<Problem> {
-    let tracking = state.has(bits::TRACK_ALLOCS);
+    let tracking = state.plan.track;
     if !state.layout.header && !tracking {
         return None;
     }

@@ -25,7 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "free_queue",
             "header",
             "plan",
-            "pointers",
+            "live_table",
             "state",
             "suppress",
         ],

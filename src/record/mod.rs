@@ -56,7 +56,7 @@ pub struct Pending {
 /// time.
 #[inline(always)]
 pub fn begin(state: &State) -> Option<Pending> {
-    if !state.has(bits::RECORD_ALLOCS) {
+    if !state.plan.record {
         return None;
     }
     begin_recording(state)

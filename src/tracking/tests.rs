@@ -19,7 +19,7 @@ fn a_tracked_block_is_live_until_untracked() {
     assert!(untrack(p).is_none());
     track(state, &Origin::here(), p, 16);
     assert!(is_live(p));
-    let info = POINTERS.get(p).unwrap();
+    let info = LIVE_TABLE.get(p).unwrap();
     assert_eq!(decode_size(info.size), (16, false));
     assert_eq!(
         info.backtrace_id, BT_OFF,
@@ -37,7 +37,7 @@ fn restore_puts_back_what_untrack_took() {
     let record = untrack(p).unwrap();
     assert!(!is_live(p));
     restore(p, record);
-    assert_eq!(decode_size(POINTERS.get(p).unwrap().size), (7, false));
+    assert_eq!(decode_size(LIVE_TABLE.get(p).unwrap().size), (7, false));
     untrack(p);
 }
 
@@ -46,7 +46,7 @@ fn sizes_are_clamped_below_the_zygote_bit() {
     let state = crate::state::for_tests("leak_track");
     let (_b, p) = block();
     track(state, &Origin::here(), p, usize::MAX);
-    let (size, zygote) = decode_size(POINTERS.get(p).unwrap().size);
+    let (size, zygote) = decode_size(LIVE_TABLE.get(p).unwrap().size);
     assert_eq!((size, zygote), (crate::header::MAX_SIZE, false));
     untrack(p);
     assert_eq!(decode_size(ZYGOTE_BIT | 5), (5, true));

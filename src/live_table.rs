@@ -150,7 +150,7 @@ struct Shard {
     grow: Mutex<GrowState>,
 }
 
-pub struct PointerTable {
+pub struct LiveTable {
     shards: [Shard; SHARDS],
     quiescence: Quiescence,
 }
@@ -170,9 +170,9 @@ fn wait_for_new_table(shard: &Shard, seen: *mut Table) {
     }
 }
 
-impl PointerTable {
+impl LiveTable {
     pub const fn new(quiescence: Quiescence) -> Self {
-        PointerTable {
+        LiveTable {
             shards: [const {
                 Shard {
                     table: AtomicPtr::new(core::ptr::null_mut()),
@@ -400,7 +400,7 @@ impl PointerTable {
 
 /// The whole table with growth held off.
 pub struct AllLocked<'a> {
-    table: &'a PointerTable,
+    table: &'a LiveTable,
     #[allow(dead_code, reason = "held for their Drop")]
     guards: [MutexGuard<'a, GrowState>; SHARDS],
 }

@@ -9,11 +9,11 @@ fn info(size: u32) -> Info {
     }
 }
 
-fn table() -> Box<PointerTable> {
-    Box::new(PointerTable::new(never_quiescent))
+fn table() -> Box<LiveTable> {
+    Box::new(LiveTable::new(never_quiescent))
 }
 
-fn all(t: &PointerTable) -> Vec<(usize, Info)> {
+fn all(t: &LiveTable) -> Vec<(usize, Info)> {
     let mut seen = Vec::new();
     t.lock_all().for_each(|p, i| seen.push((p, i)));
     seen.sort_by_key(|e| e.0);
@@ -21,7 +21,7 @@ fn all(t: &PointerTable) -> Vec<(usize, Info)> {
 }
 
 /// Recomputes every overflow count from where the entries are and compares (single-threaded).
-fn check_overflow_counts(t: &PointerTable) {
+fn check_overflow_counts(t: &LiveTable) {
     for s in &t.shards {
         // SAFETY: a shard's table pointer is null or a live table; single-threaded here, so
         // nothing retires it while it is read.
@@ -160,7 +160,7 @@ fn strided_pointers_spread_over_shards() {
 #[test]
 fn concurrent_adds_removes_and_growth() {
     let nthreads = 4;
-    let t: Arc<PointerTable> = Arc::new(PointerTable::new(never_quiescent));
+    let t: Arc<LiveTable> = Arc::new(LiveTable::new(never_quiescent));
     let threads: Vec<_> = (0..nthreads)
         .map(|id| {
             let t = Arc::clone(&t);
@@ -210,7 +210,7 @@ fn retired_tables_are_reclaimed_when_quiescent() {
         *seen = u32::MAX;
         true
     }
-    let t = Box::new(PointerTable::new(always));
+    let t = Box::new(LiveTable::new(always));
     for i in 1..100_000usize {
         t.add(i * 16, info(1));
     }
@@ -232,7 +232,7 @@ fn retired_tables_are_reclaimed_when_quiescent() {
 
 #[test]
 fn two_threads_without_growth() {
-    let t: Arc<PointerTable> = Arc::new(PointerTable::new(never_quiescent));
+    let t: Arc<LiveTable> = Arc::new(LiveTable::new(never_quiescent));
     for i in 0..400_000usize {
         t.add(0x7000_0000_0000 + i * 16, info(1));
     }
