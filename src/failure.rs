@@ -6,7 +6,6 @@ use crate::backtrace;
 use crate::config::bits;
 use crate::log::{DIVIDER, log_error};
 use crate::state::State;
-use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// The block an error report is about, as far as it is known: where it starts (the reported
 /// pointer itself, or the live block it points into), its size when the pointer points inside
@@ -22,20 +21,16 @@ pub struct Allocation {
 /// allocation backtrace, src/error_context.rs), given the reported pointer.
 pub type Epilogue = fn(&State, usize, Allocation);
 
-/// Set once by initialize (src/lifecycle.rs) when the extension is on: a function pointer, so
-/// that reports know nothing of the modules above them.
-static EPILOGUE: AtomicUsize = AtomicUsize::new(0);
+/// Set once by initialize (src/lifecycle.rs) when the extension is on, so that reports know
+/// nothing of the modules above them.
+static EPILOGUE: crate::sync::Hook<Epilogue> = crate::sync::Hook::new();
 
 pub fn set_epilogue(epilogue: Epilogue) {
-    EPILOGUE.store(epilogue as usize, Ordering::Release);
+    EPILOGUE.set(epilogue);
 }
 
 fn epilogue() -> Option<Epilogue> {
-    match EPILOGUE.load(Ordering::Acquire) {
-        0 => None,
-        // SAFETY: a non-zero value was stored from an `Epilogue` by `set_epilogue`.
-        f => Some(unsafe { core::mem::transmute::<usize, Epilogue>(f) }),
-    }
+    EPILOGUE.get()
 }
 
 pub fn divider() {

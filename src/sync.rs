@@ -425,6 +425,39 @@ fn wait_a_moment() {
     unsafe { libc::sched_yield() };
 }
 
+/// A function pointer a module above sets once, at initialize, for a module below to call (a
+/// callback going up instead of an import: docs/design.md, "Layers"). `F` must be a plain `fn`
+/// pointer type; unset until `set`.
+pub struct Hook<F: Copy> {
+    address: AtomicUsize,
+    _f: core::marker::PhantomData<F>,
+}
+
+impl<F: Copy> Hook<F> {
+    pub const fn new() -> Self {
+        const { assert!(size_of::<F>() == size_of::<usize>()) };
+        Hook {
+            address: AtomicUsize::new(0),
+            _f: core::marker::PhantomData,
+        }
+    }
+
+    pub fn set(&self, f: F) {
+        // SAFETY: `F` is a fn pointer type of a usize's size (asserted in `new`): its bits are
+        // an address.
+        let address = unsafe { core::mem::transmute_copy::<F, usize>(&f) };
+        self.address.store(address, Ordering::Release);
+    }
+
+    pub fn get(&self) -> Option<F> {
+        match self.address.load(Ordering::Acquire) {
+            0 => None,
+            // SAFETY: a non-zero address was stored by `set` from an `F`.
+            address => Some(unsafe { core::mem::transmute_copy::<usize, F>(&address) }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

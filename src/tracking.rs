@@ -6,26 +6,22 @@ use crate::live_table::{Info, Key, LiveTable};
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 /// Marks backtrace ids that a module above this one keeps in use outside the live table (the
 /// `error_backtraces` extension's held free_track blocks, src/error_context.rs).
 pub type MarkInUse = fn(&mut dyn FnMut(u32));
 
-/// Set once by initialize (src/lifecycle.rs) when a feature needs it; a function pointer so that
-/// the live table's collections know nothing of the modules above them.
-static IN_USE_ELSEWHERE: AtomicUsize = AtomicUsize::new(0);
+/// Set once by initialize (src/lifecycle.rs) when a feature needs it, so that the live table's
+/// collections know nothing of the modules above them.
+static IN_USE_ELSEWHERE: crate::sync::Hook<MarkInUse> = crate::sync::Hook::new();
 
 pub fn set_in_use_elsewhere(mark: MarkInUse) {
-    IN_USE_ELSEWHERE.store(mark as usize, Ordering::Release);
+    IN_USE_ELSEWHERE.set(mark);
 }
 
 fn in_use_elsewhere() -> Option<MarkInUse> {
-    match IN_USE_ELSEWHERE.load(Ordering::Acquire) {
-        0 => None,
-        // SAFETY: a non-zero value was stored from a `MarkInUse` by `set_in_use_elsewhere`.
-        f => Some(unsafe { core::mem::transmute::<usize, MarkInUse>(f) }),
-    }
+    IN_USE_ELSEWHERE.get()
 }
 
 /// Old tables are unmapped once every call that was inside the library when they were replaced

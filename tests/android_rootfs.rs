@@ -582,21 +582,28 @@ fn arm64_exit_dump_under_qemu() {
 /// child allocates from a call site the parent never used, and must exit. A smoke test of the
 /// fork handlers under bionic: taking out their wait for walks in flight did not make it hang
 /// on Android 11 either, so it does not prove that wait necessary.
+/// Runs malloc_test `mode` under `backtrace` and checks its last two lines: `summary` (the
+/// children it forked and how many hung), then the program's own end. Returns the run.
+fn assert_forks_end(root: &Root, lib: &Path, mode: &str, summary: &str) -> Run {
+    let run = run_program_in_root(root, lib, "backtrace", &[], &[mode]);
+    assert!(run.output.status.success(), "{}", run.describe());
+    let stdout = run.stdout_lines();
+    assert_eq!(
+        stdout[stdout.len().saturating_sub(2)..],
+        [summary, "malloc_test: done"],
+        "{}",
+        run.describe()
+    );
+    run
+}
+
 #[test]
 fn x86_64_forks_while_another_thread_unwinds() {
     let _serial = serial();
     let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
         return;
     };
-    let run = run_program_in_root(&root, &lib, "backtrace", &[], &["fork"]);
-    assert!(run.output.status.success(), "{}", run.describe());
-    let stdout = run.stdout_lines();
-    assert_eq!(
-        stdout[stdout.len().saturating_sub(2)..],
-        ["forks 300 hung 0", "malloc_test: done"],
-        "{}",
-        run.describe()
-    );
+    let _ = assert_forks_end(&root, &lib, "fork", "forks 300 hung 0");
 }
 
 /// Bionic's backtrace signal (33) lands on a thread that is allocating, and its handler parks
@@ -684,15 +691,7 @@ fn x86_64_forks_while_other_threads_dlopen() {
     let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
         return;
     };
-    let run = run_program_in_root(&root, &lib, "backtrace", &[], &["fork-dlopen"]);
-    assert!(run.output.status.success(), "{}", run.describe());
-    let stdout = run.stdout_lines();
-    assert_eq!(
-        stdout[stdout.len().saturating_sub(2)..],
-        ["dlopen forks 300 hung 0", "malloc_test: done"],
-        "{}",
-        run.describe()
-    );
+    let _ = assert_forks_end(&root, &lib, "fork-dlopen", "dlopen forks 300 hung 0");
 }
 
 /// The same, but each child also frees a block twice (malloc_test fork-dlopen-report): its error
@@ -705,15 +704,7 @@ fn x86_64_fork_children_report_while_other_threads_dlopen() {
     let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
         return;
     };
-    let run = run_program_in_root(&root, &lib, "backtrace", &[], &["fork-dlopen-report"]);
-    assert!(run.output.status.success(), "{}", run.describe());
-    let stdout = run.stdout_lines();
-    assert_eq!(
-        stdout[stdout.len().saturating_sub(2)..],
-        ["dlopen forks 300 hung 0", "malloc_test: done"],
-        "{}",
-        run.describe()
-    );
+    let run = assert_forks_end(&root, &lib, "fork-dlopen-report", "dlopen forks 300 hung 0");
     let reports = run
         .log
         .iter()

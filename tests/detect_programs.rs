@@ -99,20 +99,23 @@ fn underflow_hits_the_front_guard() {
     );
 }
 
+/// bugs.c's use_after_free, reported when the block leaves free_track's queue.
+const USE_AFTER_FREE_REPORT: [&str; 6] = [
+    DIVIDER,
+    "+++ ALLOCATION P USED AFTER FREE",
+    "  allocation[4] = 0x77 (expected 0xef)",
+    "Backtrace at time of free:",
+    "#00 libmalloc_debug_front.so (free)",
+    "#01 bugs (use_after_free)",
+];
+
 #[test]
 fn write_after_free_is_found_when_the_block_leaves_the_queue() {
     let out = run("use-after-free", "guard free_track=10");
     assert_unaffected(&out);
     assert_eq!(
         head(&normalised(&out), "use_after_free"),
-        [
-            DIVIDER,
-            "+++ ALLOCATION P USED AFTER FREE",
-            "  allocation[4] = 0x77 (expected 0xef)",
-            "Backtrace at time of free:",
-            "#00 libmalloc_debug_front.so (free)",
-            "#01 bugs (use_after_free)",
-        ]
+        USE_AFTER_FREE_REPORT
     );
 }
 
@@ -120,8 +123,8 @@ fn write_after_free_is_found_when_the_block_leaves_the_queue() {
 fn a_block_damaged_by_an_exited_thread_leaves_the_queue_when_other_threads_free() {
     // free_track keeps a ring per thread under one bound: the thread's ring holds its five
     // blocks, main's frees fill the rest of the bound, and then one free in 16 takes its room
-    // from another ring, so the thread's oldest, the damaged one, leaves and is reported
-    // then, not only at exit.
+    // from a ring whose thread has stopped freeing, so the exited thread's oldest, the damaged
+    // one, leaves and is reported then, not only at exit.
     let out = run("use-after-free-in-thread", "free_track=10");
     assert_unaffected(&out);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -132,14 +135,7 @@ fn a_block_damaged_by_an_exited_thread_leaves_the_queue_when_other_threads_free(
     assert_eq!(stderr.matches("USED AFTER FREE").count(), 1, "{stderr}");
     assert_eq!(
         head(&normalised(&out), "use_after_free"),
-        [
-            DIVIDER,
-            "+++ ALLOCATION P USED AFTER FREE",
-            "  allocation[4] = 0x77 (expected 0xef)",
-            "Backtrace at time of free:",
-            "#00 libmalloc_debug_front.so (free)",
-            "#01 bugs (use_after_free)",
-        ]
+        USE_AFTER_FREE_REPORT
     );
 }
 
