@@ -274,11 +274,18 @@ fn calloc_unrecorded(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
 }
 
 /// Also behind aligned_alloc and posix_memalign, which record as memalign.
+/// The record holds the alignment the allocation used: in header mode the rounded one, as the
+/// reference records it (docs/spec/abi.md#what-each-call-records).
 pub fn memalign(cx: &Entered, alignment: usize, bytes: usize) -> *mut c_void {
+    let used = if cx.state.layout.header {
+        header_alignment(alignment).unwrap_or(alignment)
+    } else {
+        alignment
+    };
     recorded(
         cx.state,
         || memalign_unrecorded(cx, alignment, bytes),
-        |p| (p != 0).then(|| allocation(record::Kind::Memalign, p, bytes.max(1), alignment)),
+        |p| (p != 0).then(|| allocation(record::Kind::Memalign, p, bytes.max(1), used)),
     )
 }
 

@@ -299,14 +299,15 @@ pub fn finalize(stack_from: usize) {
     if state.has(bits::LEAK_TRACK) {
         crate::leaks::report(state, stack_from);
     }
+    // The reference's order: the record file, then the heap dump, then the statistics.
+    if state.has(bits::RECORD_ALLOCS) && state.config.record_allocs_on_exit {
+        crate::record::write_at_exit(state);
+    }
     if state.has(bits::BACKTRACE) && state.config.backtrace_dump_on_exit {
         crate::report::dump_heap_at_exit(state);
     }
     if state.has(bits::LOG_ALLOCATOR_STATS_ON_EXIT) {
         crate::deferred::log_allocator_stats(state);
-    }
-    if state.has(bits::RECORD_ALLOCS) && state.config.record_allocs_on_exit {
-        crate::record::write_at_exit(state);
     }
     sync::GATE.open();
 }

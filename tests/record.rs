@@ -215,6 +215,26 @@ fn nothing_to_write_and_unwritable_files_are_reported() {
     );
 }
 
+/// At exit the record file is written before the allocator statistics (and the heap dump) are
+/// logged, in the reference's order: the file's error comes first.
+#[test]
+fn the_exit_record_file_comes_before_the_allocator_statistics() {
+    let (_, out) = run(
+        "record_allocs record_allocs_file=/nonexistent-md-dir/rec.txt record_allocs_on_exit \
+         log_allocator_stats_on_exit",
+        &[],
+    );
+    let messages = malloc_debug_messages(&out);
+    let record = messages
+        .iter()
+        .position(|m| m.starts_with("Cannot create record alloc file"));
+    let stats = messages
+        .iter()
+        .position(|m| m == "Logging allocator stats...");
+    assert!(record.is_some() && stats.is_some(), "{messages:?}");
+    assert!(record < stats, "{messages:?}");
+}
+
 #[test]
 fn verbose_names_the_signal() {
     let dir = scratch_dir("record-verbose");
@@ -498,6 +518,30 @@ fn present_bytes_come_from_mincore_with_its_partial_count() {
         "MAIN: free P S E 4104".to_string(),
     ]);
     assert_eq!(normalise(&exit_records(&file, pid), pid), expected);
+}
+
+/// memalign's recorded alignment is the one the allocation used: in header mode (a guard option)
+/// rounded up to a power of two and to the minimum alignment, as the reference records it
+/// (`memalign(1, n)` under guard records 16); without a header, the caller's value.
+#[test]
+fn memalign_records_the_alignment_it_used() {
+    for (guard, expected) in [("guard ", ["16", "64"]), ("", ["1", "48"])] {
+        let (file, options) = recording_on_exit(&format!("record-align-{}", guard.len()));
+        let (pid, _) = run(&format!("{guard}{options}"), &["align"]);
+        let lines = normalise(&exit_records(&file, pid), pid);
+        let memaligns: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with("MAIN: memalign P") && l.contains(" 24 S E"))
+            .collect();
+        assert_eq!(
+            memaligns,
+            [
+                &format!("MAIN: memalign P {} 24 S E", expected[0]),
+                &format!("MAIN: memalign P {} 24 S E", expected[1]),
+            ],
+            "{guard}"
+        );
+    }
 }
 
 /// A target the reference's open(O_NOFOLLOW) refuses — a symlink, a directory — is reported with

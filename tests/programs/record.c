@@ -162,6 +162,14 @@ int main(int argc, char** argv) {
     fprintf(stderr, "child %d\n", (int)child);
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "align") == 0) {
+    // Alignments below the minimum and not a power of two (memalign accepts both).
+    void* a = memalign(1, 24);
+    free(a);
+    void* b = memalign(48, 24);
+    free(b);
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "stats") == 0) { raise(SIGRTMAX - 15); free(malloc(1)); }
   else if (argc > 1) { raise(SIGRTMAX - 18); free(malloc(1)); }
   return 0;
