@@ -44,6 +44,7 @@ mod signals;
 mod snapshot;
 mod state;
 mod suppress;
+mod symbolize;
 mod sync;
 mod tracking;
 mod unreachable;

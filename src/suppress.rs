@@ -4,7 +4,7 @@
 //! A file holds one rule per line: `leak:PATTERN`; blank lines and lines starting with `#` are
 //! ignored. A leak is suppressed when PATTERN matches the function name (demangled), the
 //! module path or the source file of any frame of its allocation backtrace. Source files come
-//! from the module's own DWARF line table (backtrace/symbolize/lines.rs: not from separate
+//! from the module's own DWARF line table (symbolize/lines.rs: not from separate
 //! debug files, not from compressed sections), looked up only for frames whose name and module
 //! matched no rule. As in LeakSanitizer, PATTERN matches
 //! anywhere in the text unless it starts with `^` (anchored at the start) or ends with `$`

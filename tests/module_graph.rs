@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "live_table",
             "state",
             "suppress",
+            "symbolize",
         ],
     ),
     (

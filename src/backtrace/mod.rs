@@ -1,6 +1,7 @@
 //! Backtraces: capture and deduplicated storage (docs/spec/allocation.md#allocation-backtraces),
-//! log formats (docs/spec/errors.md#backtraces-in-reports) and per-frame descriptions for heap
-//! dumps (`bt_info`, docs/spec/abi.md#heap-dump).
+//! and the entry points that log them (docs/spec/errors.md#backtraces-in-reports) or describe
+//! their frames for heap dumps (`bt_info`, docs/spec/abi.md#heap-dump) through the symbolizer
+//! (src/symbolize/).
 //!
 //! Capture runs inside malloc, before any of the library's locks: it never allocates and takes
 //! no lock except the dynamic loader's (inside `dl_iterate_phdr`, once per capture and once per
@@ -8,31 +9,29 @@
 //! lock-free table (cache.rs) computed from `.eh_frame` with gimli on a miss (cfi.rs); stacks
 //! the cache cannot express go through the `unwinding` crate's `_Unwind_Backtrace`; aarch64
 //! Android walks frame records first. Symbolization (maps, ELF symbol tables, demangling:
-//! the `symbolize` submodule) happens only when logging or dumping.
+//! src/symbolize/, a module of its own that knows nothing of capture) happens only when logging
+//! or dumping.
 
 mod arch;
 mod cache;
 mod cfi;
-mod format;
-pub(crate) mod maps;
 mod memo;
 pub(crate) mod quarantine;
 mod rule;
 #[cfg(all(target_arch = "aarch64", target_os = "android"))]
 mod stack;
-mod symbolize;
 mod table;
 mod walk;
 
 #[cfg(test)]
 mod tests;
 
-pub use symbolize::Session as SymbolSession;
+pub use crate::symbolize::Session as SymbolSession;
 pub use table::{BacktraceTable, LiveIds};
 
 use crate::platform::Priority;
+use crate::symbolize::format::{self, Resolver};
 use core::sync::atomic::Ordering;
-use format::Resolver;
 
 /// Most frames any capture stores (error reports).
 pub const MAX_FRAMES: usize = 256;
@@ -122,7 +121,7 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> usize {
 /// The fast-path block (docs/spec/errors.md#fast-format): ERROR records, normally one (a block
 /// longer than a log record is split at line boundaries).
 pub fn log_frames(frames: &[usize]) {
-    symbolize::with_symbolizer(|res| {
+    crate::symbolize::with_symbolizer(|res| {
         format::fast_block(frames, res, &mut |rec| {
             crate::log::write_record(Priority::Error, TAG, rec)
         })
@@ -131,7 +130,7 @@ pub fn log_frames(frames: &[usize]) {
 
 /// The `backtrace_full` format (docs/spec/errors.md#full-format): one ERROR record per frame.
 pub fn log_frames_full(frames: &[usize]) {
-    symbolize::with_symbolizer(|res| {
+    crate::symbolize::with_symbolizer(|res| {
         format::full_block(frames, res, &mut |rec| {
             crate::log::write_record(Priority::Error, TAG, rec)
         })
@@ -161,7 +160,7 @@ pub struct FrameDescription<'a> {
 /// one) so that the maps are read once and each pc resolved once; without one, every call
 /// starts afresh. Call it without holding locks that allocation paths take.
 pub fn describe_frame(pc: usize, f: &mut dyn FnMut(&FrameDescription<'_>)) {
-    symbolize::with_symbolizer(|res| {
+    crate::symbolize::with_symbolizer(|res| {
         res.resolve(pc, &mut |r| {
             let (function, function_offset) = r.symbol.unwrap_or((b"", 0));
             let d = FrameDescription {
@@ -180,16 +179,16 @@ pub fn describe_frame(pc: usize, f: &mut dyn FnMut(&FrameDescription<'_>)) {
 /// (symbolize/lines.rs says what is read); for suppression rules. Like [`describe_frame`],
 /// cheap only inside a [`SymbolSession`].
 pub fn frame_source_file(pc: usize, f: &mut dyn FnMut(&[u8])) {
-    symbolize::with_symbolizer(|res| res.source_file(pc, f));
+    crate::symbolize::with_symbolizer(|res| res.source_file(pc, f));
 }
 
 /// Fork prepare / malloc_disable: takes the module's own lock (the symbolizer's caches).
 /// Capture takes no lock of ours; `BacktraceTable` has its own `lock_raw`.
 pub fn lock_raw() {
-    symbolize::lock_raw();
+    crate::symbolize::lock_raw();
 }
 
 /// Fork parent and child / malloc_enable: releases what `lock_raw` took.
 pub fn unlock_raw() {
-    symbolize::unlock_raw();
+    crate::symbolize::unlock_raw();
 }

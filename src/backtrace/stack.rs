@@ -18,7 +18,7 @@ pub fn init(sp: usize) {
     if crate::platform::gettid() != crate::platform::getpid() {
         return;
     }
-    let Some(maps) = super::maps::Maps::read_self() else {
+    let Some(maps) = crate::symbolize::maps::Maps::read_self() else {
         return;
     };
     let Some(i) = maps.find_inclusive(sp) else {

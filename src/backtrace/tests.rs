@@ -2,10 +2,10 @@
 //! (`scripts/bench-unwind`; an ignored test, never part of the normal run).
 
 use super::cache::CACHE;
-use super::format::Resolver;
-use super::maps::{Maps, PROT_EXEC};
 use super::memo;
 use super::*;
+use crate::symbolize::format::Resolver;
+use crate::symbolize::maps::{Maps, PROT_EXEC};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 use std::hint::black_box;
@@ -454,7 +454,7 @@ fn live_resolver_on_libc_symbol() {
     // SAFETY: valid out-parameter.
     assert!(unsafe { libc::dladdr(pc as *const c_void, &mut info) } != 0);
     let base = info.dli_fbase as usize;
-    let mut res = symbolize::Symbolizer::new();
+    let mut res = crate::symbolize::Symbolizer::new();
     let mut seen = false;
     res.resolve(pc, &mut |r| {
         let m = r.map.expect("libc map");

@@ -14,9 +14,9 @@
 //! moment of the fork may hold a last reference in a register only).
 
 use super::{CONTENTS, Leak, Summary};
-use crate::backtrace::maps::{Maps, PROT_READ, PROT_WRITE};
 use crate::pages;
 use crate::snapshot::Record;
+use crate::symbolize::maps::{Maps, PROT_READ, PROT_WRITE};
 
 const WORD: usize = core::mem::size_of::<usize>();
 /// Root memory is copied through this much at a time with `process_vm_readv`, which fails

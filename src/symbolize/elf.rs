@@ -521,7 +521,7 @@ mod tests {
         fn marker() -> usize {
             core::hint::black_box(7)
         }
-        let maps = crate::backtrace::maps::Maps::read_self().unwrap();
+        let maps = crate::symbolize::maps::Maps::read_self().unwrap();
         let pc = marker as *const () as usize + 1;
         let i = maps.find(pc).unwrap();
         let here = super::super::relpc::elf_start(&maps.entries()[i]);

@@ -4,7 +4,7 @@
 //! of /proc/self/maps may belong to a module unloaded since (issue 20.2: a heap dump after
 //! `dlclose` read a freed mapping).
 
-use crate::backtrace::maps::{MapLine, Maps, PROT_EXEC, PROT_READ};
+use crate::symbolize::maps::{MapLine, Maps, PROT_EXEC, PROT_READ};
 
 #[cfg(target_pointer_width = "32")]
 use libc::Elf32_Phdr as Phdr;

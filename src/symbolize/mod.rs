@@ -1,7 +1,8 @@
 //! Symbolization: turning captured pcs into map names, relative pcs and function names for the
 //! log formats (docs/spec/errors.md#backtraces-in-reports) and heap dumps' `bt_info`
-//! (docs/spec/abi.md#heap-dump). Capture and unwinding live in
-//! the parent module; this one runs only on report paths.
+//! (docs/spec/abi.md#heap-dump), with the maps reader ([`maps`]) and the line formats
+//! ([`format`]). Capture and unwinding live in src/backtrace/, which calls this module; this one
+//! knows nothing of them and runs only on report paths.
 //!
 //! The model (docs/performance.md, "Symbolization"): a [`Symbolizer`] reads /proc/self/maps once
 //! and re-reads it only when a pc is in no known map; each module's ELF file is opened once and
@@ -35,12 +36,15 @@ mod relpc;
 mod session;
 mod store;
 
-use super::format::{self, MapRef, Resolved, Resolver};
-use super::maps::Maps;
+pub mod format;
+pub mod maps;
+
 use crate::fmt::StackBuf;
 use core::ffi::{c_char, c_void};
 use demangle::NAME_MAX;
 use elf::ModuleSymbols;
+use format::{MapRef, Resolved, Resolver};
+use maps::Maps;
 use relpc::ElfStart;
 use store::PageVec;
 
@@ -296,7 +300,7 @@ impl Symbolizer {
         }
         let executable = found
             .and_then(|i| Some(self.maps.as_ref()?.entries().get(i)?.flags))
-            .is_some_and(|f| f & super::maps::PROT_EXEC != 0);
+            .is_some_and(|f| f & maps::PROT_EXEC != 0);
         if !executable {
             // A captured pc was in code. Memory that is not code now is the hole an unloaded
             // module left, reused since (often for this symbolizer's own pages): the pc is
@@ -461,7 +465,7 @@ impl Symbolizer {
         let at = base.wrapping_add(value as usize);
         let maps = self.maps.as_ref()?;
         let j = maps.find(at)?;
-        (maps.entries()[j].flags & super::maps::PROT_EXEC != 0).then_some(at)
+        (maps.entries()[j].flags & maps::PROT_EXEC != 0).then_some(at)
     }
 
     /// The load bias of the module whose ELF header starts map `i` (offset 0): the map start
