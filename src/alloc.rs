@@ -10,7 +10,7 @@ use crate::free_track;
 use crate::guard;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG, Header};
 use crate::platform::{errno, set_errno};
-use crate::record;
+use crate::record_allocs;
 use crate::state::State;
 use crate::tracking;
 use crate::verify;
@@ -214,9 +214,9 @@ fn internal_malloc(cx: &Entered, size: usize) -> *mut c_void {
 fn recorded(
     state: &State,
     call: impl FnOnce() -> *mut c_void,
-    describe: impl FnOnce(usize) -> Option<record::Done>,
+    describe: impl FnOnce(usize) -> Option<record_allocs::Done>,
 ) -> *mut c_void {
-    let Some(pending) = record::begin(state) else {
+    let Some(pending) = record_allocs::begin(state) else {
         return call();
     };
     let p = call();
@@ -227,8 +227,8 @@ fn recorded(
     p
 }
 
-fn allocation(kind: record::Kind, ptr: usize, size: usize, u: usize) -> record::Done {
-    record::Done {
+fn allocation(kind: record_allocs::Kind, ptr: usize, size: usize, u: usize) -> record_allocs::Done {
+    record_allocs::Done {
         kind,
         ptr,
         size,
@@ -244,9 +244,9 @@ pub fn malloc(cx: &Entered, size: usize) -> *mut c_void {
         || internal_malloc(cx, size),
         // A failed malloc is recorded too, without timestamps.
         |p| {
-            Some(record::Done {
+            Some(record_allocs::Done {
                 untimed: p == 0,
-                ..allocation(record::Kind::Malloc, p, size, 0)
+                ..allocation(record_allocs::Kind::Malloc, p, size, 0)
             })
         },
     )
@@ -256,7 +256,7 @@ pub fn calloc(cx: &Entered, nmemb: usize, size: usize) -> *mut c_void {
     recorded(
         cx.state,
         || calloc_unrecorded(cx, nmemb, size),
-        |p| (p != 0).then(|| allocation(record::Kind::Calloc, p, size, nmemb)),
+        |p| (p != 0).then(|| allocation(record_allocs::Kind::Calloc, p, size, nmemb)),
     )
 }
 
@@ -285,7 +285,7 @@ pub fn memalign(cx: &Entered, alignment: usize, bytes: usize) -> *mut c_void {
     recorded(
         cx.state,
         || memalign_unrecorded(cx, alignment, bytes),
-        |p| (p != 0).then(|| allocation(record::Kind::Memalign, p, bytes.max(1), used)),
+        |p| (p != 0).then(|| allocation(record_allocs::Kind::Memalign, p, bytes.max(1), used)),
     )
 }
 
@@ -410,13 +410,13 @@ pub fn free(cx: &Entered, pointer: *mut c_void) {
     };
     let alloc_backtrace = removed.map_or(tracking::BT_OFF, |r| r.backtrace_id());
     // Recorded only once verified, with the block's present bytes from before the free.
-    let Some(pending) = record::begin(state) else {
+    let Some(pending) = record_allocs::begin(state) else {
         return free_untracked(cx, pointer, alloc_backtrace);
     };
-    let present = record::present_bytes(state, pointer);
+    let present = record_allocs::present_bytes(state, pointer);
     free_untracked(cx, pointer, alloc_backtrace);
-    pending.finish(record::Done {
-        kind: record::Kind::Free,
+    pending.finish(record_allocs::Done {
+        kind: record_allocs::Kind::Free,
         ptr: pointer,
         size: 0,
         u: 0,
@@ -428,7 +428,7 @@ pub fn free(cx: &Entered, pointer: *mut c_void) {
 pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void {
     let state = cx.state;
     let old = pointer as usize;
-    let Some(pending) = record::begin(state) else {
+    let Some(pending) = record_allocs::begin(state) else {
         return realloc_unrecorded(cx, old, bytes, &mut OldBlock::Unseen);
     };
     let mut seen = OldBlock::Unseen;
@@ -439,8 +439,8 @@ pub fn realloc(cx: &Entered, pointer: *mut c_void, bytes: usize) -> *mut c_void 
     if (p == 0 && bytes != 0) || in_place || (bytes == 0 && seen == OldBlock::Rejected) {
         pending.abandon();
     } else {
-        pending.finish(record::Done {
-            kind: record::Kind::Realloc,
+        pending.finish(record_allocs::Done {
+            kind: record_allocs::Kind::Realloc,
             ptr: p,
             size: if p == 0 { 0 } else { bytes },
             u: old as u64,
@@ -489,7 +489,7 @@ fn realloc_unrecorded(cx: &Entered, old: usize, bytes: usize, seen: &mut OldBloc
         released => released.record(),
     };
     if recording {
-        *seen = OldBlock::Present(record::present_bytes(state, old));
+        *seen = OldBlock::Present(record_allocs::present_bytes(state, old));
     }
     let old_block = Untracked {
         pointer: old,

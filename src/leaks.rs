@@ -12,7 +12,7 @@ use crate::fmt::Bytes;
 use crate::log::log_error;
 use crate::pages;
 use crate::platform;
-use crate::snapshot::{Record, Snapshot};
+use crate::snapshot::{LiveBlock, Snapshot};
 use crate::state::State;
 use crate::unreachable::classify::{self, Kind, Kinds};
 
@@ -60,7 +60,7 @@ fn report_from(state: &State, stack_from: usize) {
 }
 
 /// The reference's report: every live block.
-fn report_all(state: &State, records: &[Record]) {
+fn report_all(state: &State, records: &[LiveBlock]) {
     let total = records.len();
     // Large writes instead of one per line on the host (docs/performance.md, "Exit reports").
     let _batch = crate::log::Batch::begin();
@@ -71,7 +71,7 @@ fn report_all(state: &State, records: &[Record]) {
     }
 }
 
-fn leak_line(state: &State, r: &Record, i: usize, total: usize, kind: Option<Kind>) {
+fn leak_line(state: &State, r: &LiveBlock, i: usize, total: usize, kind: Option<Kind>) {
     match kind {
         None => log_error!(
             "+++ {} leaked block of size {} at 0x{:x} (leak {} of {})",
@@ -105,7 +105,7 @@ struct Count {
 }
 
 impl Count {
-    fn add(&mut self, r: &Record) {
+    fn add(&mut self, r: &LiveBlock) {
         self.blocks += 1;
         self.bytes += r.size;
     }
@@ -119,7 +119,7 @@ const SKIP: u8 = 0;
 /// leaks printed or, without `print_leaks`, that would have been.
 fn report_classified(
     state: &State,
-    records: &[Record],
+    records: &[LiveBlock],
     stack_from: usize,
     print_leaks: bool,
 ) -> usize {
@@ -192,7 +192,7 @@ fn report_classified(
 
 /// Whether the block's allocation backtrace matches a suppression; decided once per distinct
 /// backtrace.
-fn is_suppressed(r: &Record, verdicts: &mut Verdicts) -> bool {
+fn is_suppressed(r: &LiveBlock, verdicts: &mut Verdicts) -> bool {
     if !r.has_backtrace() {
         return false;
     }
@@ -244,13 +244,13 @@ impl<T: Copy> Drop for Scratch<T> {
 /// The report's records again, sorted by address (the order the classifier needs), and where
 /// each came from in the report's order.
 struct ByAddress {
-    copy: Scratch<Record>,
+    copy: Scratch<LiveBlock>,
     /// Per sorted position: the record's index in the report.
     order: Scratch<u32>,
 }
 
 impl ByAddress {
-    fn new(records: &[Record]) -> Option<Self> {
+    fn new(records: &[LiveBlock]) -> Option<Self> {
         let n = records.len();
         u32::try_from(n).ok()?;
         // Sorting (address, index) pairs gives both orders; the records are then gathered once.
@@ -260,7 +260,7 @@ impl ByAddress {
             k[i] = (r.pointer, i as u32);
         }
         k.sort_unstable_by_key(|e| e.0);
-        let mut copy = Scratch::<Record>::new(n)?;
+        let mut copy = Scratch::<LiveBlock>::new(n)?;
         let mut order = Scratch::<u32>::new(n)?;
         let (c, o) = (copy.slice(), order.slice());
         for (j, &(_, i)) in k.iter().enumerate() {
@@ -280,7 +280,7 @@ impl ByAddress {
             }
         }
     }
-    fn records(&self) -> &[Record] {
+    fn records(&self) -> &[LiveBlock] {
         // SAFETY: `len` initialised records, owned by self.
         unsafe { core::slice::from_raw_parts(self.copy.ptr.as_ptr(), self.copy.len) }
     }

@@ -38,7 +38,7 @@ mod output;
 mod pages;
 mod plan;
 mod platform;
-mod record;
+mod record_allocs;
 mod report;
 mod signals;
 mod snapshot;

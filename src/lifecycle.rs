@@ -98,7 +98,7 @@ pub unsafe fn initialize(
         return false;
     }
     undo.did(Undo::Record);
-    if !crate::record::init(&config) {
+    if !crate::record_allocs::init(&config) {
         return false;
     }
     // The last step that can fail: nothing after it needs undoing, so its mapping has no undo.
@@ -165,7 +165,7 @@ impl Undo {
             Undo::LogFile => crate::log_file::close(),
             Undo::Suppressions => crate::suppress::unload(),
             Undo::Signals => crate::signals::uninstall(),
-            Undo::Record => crate::record::release(),
+            Undo::Record => crate::record_allocs::release(),
         }
     }
 }
@@ -301,7 +301,7 @@ pub fn finalize(stack_from: usize) {
     }
     // The reference's order: the record file, then the heap dump, then the statistics.
     if state.has(bits::RECORD_ALLOCS) && state.config.record_allocs_on_exit {
-        crate::record::write_at_exit(state);
+        crate::record_allocs::write_at_exit(state);
     }
     if state.has(bits::BACKTRACE) && state.config.backtrace_dump_on_exit {
         crate::report::dump_heap_at_exit(state);
@@ -356,7 +356,7 @@ extern "C" fn fork_child() {
     let scope = FORK_SCOPE.load(Ordering::Relaxed);
     sync::GATE.reset_in_child();
     sync::forked_in_child();
-    crate::record::reset_in_child();
+    crate::record_allocs::reset_in_child();
     crate::tracking::reset_in_child();
     crate::backtrace::CAPTURES.reset_in_child();
     unlock_all_after_fork();

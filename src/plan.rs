@@ -25,7 +25,7 @@ pub struct Plan {
     pub free_frames: usize,
     /// Bytes added to every realloc request (`expand_alloc`); 0: none.
     pub realloc_expand: usize,
-    /// Log every call to the record_allocs file (`record_allocs`): src/record/.
+    /// Log every call to the record_allocs file (`record_allocs`): src/record_allocs/.
     pub record: bool,
     /// Capture each allocation's backtrace into the live table's record (`backtrace`, while
     /// `backtrace_enable_on_signal` has not turned capture off): src/tracking.rs.

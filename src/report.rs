@@ -13,7 +13,7 @@ use crate::fmt::{Bytes, StackBuf};
 use crate::log::log_error;
 use crate::output::{FdWriter, OutputFile};
 use crate::platform;
-use crate::snapshot::{Record, Snapshot};
+use crate::snapshot::{LiveBlock, Snapshot};
 use crate::state::State;
 use crate::tracking::{self, BACKTRACES, LIVE_TABLE};
 use core::ffi::{c_int, c_void};
@@ -30,13 +30,13 @@ pub struct LeakInfoOut<'a> {
 /// A run of adjacent sorted records with equal zygote flag, size and backtrace
 /// (docs/spec/abi.md#list-order-and-merging).
 struct Unique {
-    first: Record,
+    first: LiveBlock,
     count: usize,
 }
 
 /// Folds runs of adjacent equal records (the reference merges adjacency only, so one
 /// (size, backtrace) pair can appear in several records).
-fn unique<'a>(records: impl Iterator<Item = &'a Record>) -> impl Iterator<Item = Unique> {
+fn unique<'a>(records: impl Iterator<Item = &'a LiveBlock>) -> impl Iterator<Item = Unique> {
     let mut records = records.peekable();
     core::iter::from_fn(move || {
         let first = *records.next()?;

@@ -1,6 +1,6 @@
 //! Signal-driven actions (docs/spec/options.md#signals). Handlers only flip atomic flags, and the
 //! work happens on the next allocation call, where the library may take locks — except the record
-//! write, which the handler does itself as the reference does (src/record/writer.rs). The table
+//! write, which the handler does itself as the reference does (src/record_allocs/writer.rs). The table
 //! below is the single place that says which option installs which signal, in the order the verbose
 //! "Run:" lines appear.
 
@@ -151,7 +151,7 @@ extern "C" fn request_dump(_: i32, _: *mut libc::siginfo_t, _: *mut core::ffi::c
 }
 
 extern "C" fn request_record_dump(_: i32, _: *mut libc::siginfo_t, _: *mut core::ffi::c_void) {
-    crate::record::on_signal();
+    crate::record_allocs::on_signal();
 }
 
 extern "C" fn request_stats(_: i32, _: *mut libc::siginfo_t, _: *mut core::ffi::c_void) {

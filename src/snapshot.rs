@@ -8,7 +8,7 @@ use core::cmp::Ordering;
 use core::ptr::NonNull;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Record {
+pub struct LiveBlock {
     pub pointer: usize,
     pub size: usize,
     pub zygote: bool,
@@ -17,14 +17,14 @@ pub struct Record {
     pub frames: usize,
 }
 
-impl Record {
+impl LiveBlock {
     pub fn has_backtrace(&self) -> bool {
         self.backtrace_id > tracking::BT_EMPTY
     }
 }
 
 pub struct Snapshot {
-    memory: Option<NonNull<Record>>,
+    memory: Option<NonNull<LiveBlock>>,
     capacity: usize,
     len: usize,
     /// The backtrace ids copied stay valid while the snapshot exists, though their blocks may
@@ -38,7 +38,7 @@ impl Snapshot {
         let memory = if capacity == 0 {
             None
         } else {
-            Some(pages::map(capacity * size_of::<Record>())?.cast::<Record>())
+            Some(pages::map(capacity * size_of::<LiveBlock>())?.cast::<LiveBlock>())
         };
         Some(Snapshot {
             memory,
@@ -50,7 +50,7 @@ impl Snapshot {
 
     fn push_entry(&mut self, pointer: usize, info: crate::live_table::Info) {
         let (size, zygote) = tracking::decode_size(info.size);
-        self.push(Record {
+        self.push(LiveBlock {
             pointer,
             size,
             zygote,
@@ -122,7 +122,7 @@ impl Snapshot {
         self.records_mut().sort_unstable_by_key(|r| r.pointer);
     }
 
-    fn push(&mut self, r: Record) {
+    fn push(&mut self, r: LiveBlock) {
         if self.len < self.capacity
             && let Some(m) = self.memory
         {
@@ -132,7 +132,7 @@ impl Snapshot {
         }
     }
 
-    pub fn records(&self) -> &[Record] {
+    pub fn records(&self) -> &[LiveBlock] {
         match self.memory {
             // SAFETY: `len` initialised records.
             Some(m) => unsafe { core::slice::from_raw_parts(m.as_ptr(), self.len) },
@@ -140,7 +140,7 @@ impl Snapshot {
         }
     }
 
-    fn records_mut(&mut self) -> &mut [Record] {
+    fn records_mut(&mut self) -> &mut [LiveBlock] {
         match self.memory {
             // SAFETY: `len` initialised records, exclusively ours.
             Some(m) => unsafe { core::slice::from_raw_parts_mut(m.as_ptr(), self.len) },
@@ -153,7 +153,7 @@ impl Drop for Snapshot {
     fn drop(&mut self) {
         if let Some(m) = self.memory {
             // SAFETY: mapped in `take` with this size.
-            unsafe { pages::unmap(m.cast(), self.capacity * size_of::<Record>()) };
+            unsafe { pages::unmap(m.cast(), self.capacity * size_of::<LiveBlock>()) };
         }
     }
 }
@@ -161,7 +161,7 @@ impl Drop for Snapshot {
 /// Non-zygote first; size descending; with a backtrace before without; more frames first;
 /// pointer ascending (the reference's order; its comment claims zygote first, its code and
 /// tests put zygote last).
-pub fn compare(a: &Record, b: &Record) -> Ordering {
+pub fn compare(a: &LiveBlock, b: &LiveBlock) -> Ordering {
     a.zygote
         .cmp(&b.zygote)
         .then(b.size.cmp(&a.size))
@@ -174,8 +174,8 @@ pub fn compare(a: &Record, b: &Record) -> Ordering {
 mod tests {
     use super::*;
 
-    fn rec(pointer: usize, size: usize, zygote: bool, bt: u32, frames: usize) -> Record {
-        Record {
+    fn rec(pointer: usize, size: usize, zygote: bool, bt: u32, frames: usize) -> LiveBlock {
+        LiveBlock {
             pointer,
             size,
             zygote,

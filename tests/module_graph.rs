@@ -41,7 +41,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "free_track",
             "guard",
             "leaks",
-            "record",
+            "record_allocs",
             "report",
             "signals",
             "snapshot",

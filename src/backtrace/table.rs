@@ -46,21 +46,21 @@ const CLASSES: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 /// A record: read without a lock by `BacktraceTable::find_published` (id, len and frames, hence
 /// atomics), everything else under its shard's lock.
 #[repr(C)]
-struct Record {
+struct Stored {
     id: AtomicU32,
     len: AtomicU32,
     /// The last collection that found the record in use (collect.rs).
     mark: u32,
     hash: u64,
     /// Free-list link while free.
-    next_free: *mut Record,
+    next_free: *mut Stored,
     // followed by `capacity` frames (AtomicUsize)
 }
 
-const HEADER: usize = core::mem::size_of::<Record>();
+const HEADER: usize = core::mem::size_of::<Stored>();
 
-impl Record {
-    fn frames_ptr(this: *mut Record) -> *mut AtomicUsize {
+impl Stored {
+    fn frames_ptr(this: *mut Stored) -> *mut AtomicUsize {
         // SAFETY: the frames follow the header inside the same slot.
         unsafe { this.cast::<u8>().add(HEADER).cast() }
     }
@@ -68,7 +68,7 @@ impl Record {
     /// # Safety
     /// `this` must be a live record and the caller must hold its shard's lock (frames are only
     /// written under it).
-    unsafe fn frames<'a>(this: *mut Record) -> &'a [usize] {
+    unsafe fn frames<'a>(this: *mut Stored) -> &'a [usize] {
         // SAFETY: a live record has `len` initialised frames; AtomicUsize has usize's layout,
         // and no store can race with this view under the lock.
         unsafe {
@@ -83,7 +83,7 @@ impl Record {
     /// # Safety
     /// `this` must be a record slot (live or free: slots are never unmapped) of a size class
     /// whose every record had at most as many frames as the class holds.
-    unsafe fn holds(this: *mut Record, frames: &[usize]) -> bool {
+    unsafe fn holds(this: *mut Stored, frames: &[usize]) -> bool {
         // SAFETY: any len ever stored in this slot fits its class, so once it equals
         // frames.len() the reads below stay inside the slot.
         unsafe {
@@ -104,7 +104,7 @@ use index::{Index, hash_frames, map_counted, probe, slots_of};
 struct Shard {
     by_frames: Index,
     by_id: Index,
-    free: [*mut Record; CLASSES.len()],
+    free: [*mut Stored; CLASSES.len()],
     bump: *mut u8,
     bump_left: usize,
     next_seq: u32,
@@ -131,7 +131,7 @@ impl Shard {
         CLASSES.iter().position(|&c| c >= len)
     }
 
-    fn alloc(&mut self, class: usize) -> Option<*mut Record> {
+    fn alloc(&mut self, class: usize) -> Option<*mut Stored> {
         let head = self.free[class];
         if !head.is_null() {
             // SAFETY: free-list members are slots of this class owned by this shard.
@@ -145,14 +145,14 @@ impl Shard {
             self.bump = p.as_ptr();
             self.bump_left = CHUNK;
         }
-        let r = self.bump.cast::<Record>();
+        let r = self.bump.cast::<Stored>();
         // SAFETY: `size` bytes remain in the current chunk.
         self.bump = unsafe { self.bump.add(size) };
         self.bump_left -= size;
         Some(r)
     }
 
-    fn free_record(&mut self, r: *mut Record) {
+    fn free_record(&mut self, r: *mut Stored) {
         // SAFETY: r is a live record of this shard, about to become free.
         unsafe {
             if let Some(class) = Self::class_of((*r).len.load(Ordering::Relaxed) as usize) {
@@ -162,7 +162,7 @@ impl Shard {
         }
     }
 
-    fn find_id(&self, id: u32) -> Option<*mut Record> {
+    fn find_id(&self, id: u32) -> Option<*mut Stored> {
         // SAFETY: index members are live records.
         self.by_id.find(id as u64, |r| unsafe {
             (*r).id.load(Ordering::Relaxed) == id
@@ -259,7 +259,7 @@ impl BacktraceTable {
         if let Some(r) = shard.by_frames.find(hash, |r| {
             // SAFETY: the index holds only live records, and the shard lock held here keeps
             // them from being collected while their frames are compared.
-            unsafe { Record::frames(r) == frames }
+            unsafe { Stored::frames(r) == frames }
         }) {
             // SAFETY: live record, under the shard lock.
             return Some(unsafe { (*r).id.load(Ordering::Relaxed) });
@@ -274,7 +274,7 @@ impl BacktraceTable {
         // the stores below, so a reader that sees any of them sees the new version too.
         fence(Ordering::Release);
         // SAFETY: r is a slot with room for CLASSES[class] >= frames.len() frames; id, len
-        // and frames are stored atomically (see `Record::holds`), the rest is ours under the
+        // and frames are stored atomically (see `Stored::holds`), the rest is ours under the
         // lock.
         unsafe {
             (*r).id.store(id, Ordering::Relaxed);
@@ -282,7 +282,7 @@ impl BacktraceTable {
             core::ptr::addr_of_mut!((*r).mark).write(0);
             core::ptr::addr_of_mut!((*r).hash).write(hash);
             core::ptr::addr_of_mut!((*r).next_free).write(core::ptr::null_mut());
-            let stored = Record::frames_ptr(r);
+            let stored = Stored::frames_ptr(r);
             for (i, &f) in frames.iter().enumerate() {
                 (*stored.add(i)).store(f, Ordering::Relaxed);
             }
@@ -321,9 +321,9 @@ impl BacktraceTable {
         }
         let map = published.frames_map.load(Ordering::Acquire);
         // SAFETY: frames-index mappings are never unmapped; records are slots of mappings that
-        // are never unmapped either, filled within their class (`Record::holds`).
+        // are never unmapped either, filled within their class (`Stored::holds`).
         let id = unsafe {
-            let r = probe(slots_of(map), hash, |r| Record::holds(r, frames))?;
+            let r = probe(slots_of(map), hash, |r| Stored::holds(r, frames))?;
             (*r).id.load(Ordering::Relaxed)
         };
         fence(Ordering::Acquire);
@@ -353,7 +353,7 @@ impl BacktraceTable {
         let shard = self.shards[s].lock();
         let r = shard.find_id(id)?;
         // SAFETY: live record, under the shard lock.
-        Some(f(unsafe { Record::frames(r) }))
+        Some(f(unsafe { Stored::frames(r) }))
     }
 
     /// Number of distinct live records.

@@ -5,8 +5,8 @@ use super::*;
 use std::string::String;
 use std::vec::Vec;
 
-fn record(size: usize, zygote: bool, backtrace_id: u32) -> Record {
-    Record {
+fn record(size: usize, zygote: bool, backtrace_id: u32) -> LiveBlock {
+    LiveBlock {
         pointer: 0x1000 + size,
         size,
         zygote,

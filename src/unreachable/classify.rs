@@ -23,7 +23,7 @@
 //! cost is the fork (page tables of the process) and the walk.
 
 use super::scan::{self, Array, Blocks, UNMARKED};
-use crate::snapshot::Record;
+use crate::snapshot::LiveBlock;
 use crate::state::State;
 
 /// What a block is, one byte per block.
@@ -117,7 +117,7 @@ pub fn stack_top(spilled: &mut [usize; 16]) -> usize {
 /// started or failed (no memory for its bookkeeping).
 pub fn classify_live(
     state: &State,
-    records: &[Record],
+    records: &[LiveBlock],
     stack_from: usize,
     own_calls: usize,
 ) -> Option<Kinds> {
@@ -180,7 +180,7 @@ impl Drop for SigchldBlocked {
 }
 
 /// The child's work: roots, then the lost blocks' kinds.
-fn walk(state: &State, records: &[Record], stack_from: usize, out: &mut [u8]) -> Option<()> {
+fn walk(state: &State, records: &[LiveBlock], stack_from: usize, out: &mut [u8]) -> Option<()> {
     let n = records.len();
     let mut markers = Array::<usize>::new(n)?;
     let markers = markers.slice();
@@ -285,12 +285,12 @@ mod tests {
         }
         /// Kinds of every block (in the order of `new`), with `roots` reachable.
         fn classify(&self, roots: &[usize]) -> Vec<Kind> {
-            let mut records: Vec<(Record, usize)> = self
+            let mut records: Vec<(LiveBlock, usize)> = self
                 .blocks
                 .iter()
                 .enumerate()
                 .map(|(i, b)| {
-                    let r = Record {
+                    let r = LiveBlock {
                         pointer: b.as_ptr() as usize,
                         size: b.len() * 8,
                         zygote: false,
@@ -301,7 +301,7 @@ mod tests {
                 })
                 .collect();
             records.sort_by_key(|(r, _)| r.pointer);
-            let sorted: Vec<Record> = records.iter().map(|(r, _)| *r).collect();
+            let sorted: Vec<LiveBlock> = records.iter().map(|(r, _)| *r).collect();
             let n = sorted.len();
             let markers = vec![usize::MAX; n];
             let blocks = Blocks::new(&sorted, &markers);

@@ -15,7 +15,7 @@
 
 use super::{CONTENTS, Leak, Summary};
 use crate::pages;
-use crate::snapshot::Record;
+use crate::snapshot::LiveBlock;
 use crate::symbolize::maps::{Maps, PROT_READ, PROT_WRITE};
 
 const WORD: usize = core::mem::size_of::<usize>();
@@ -26,7 +26,7 @@ const OURS_MAX: usize = 1024;
 
 /// Blocks sorted by address, and where to find the block containing an address.
 pub(super) struct Blocks<'a> {
-    pub(super) records: &'a [Record],
+    pub(super) records: &'a [LiveBlock],
     /// Per block, an address inside it that the native allocator itself points at (see
     /// `run`'s `allocator_marker`), or `usize::MAX`.
     markers: &'a [usize],
@@ -35,7 +35,7 @@ pub(super) struct Blocks<'a> {
 }
 
 impl<'a> Blocks<'a> {
-    pub(super) fn new(records: &'a [Record], markers: &'a [usize]) -> Self {
+    pub(super) fn new(records: &'a [LiveBlock], markers: &'a [usize]) -> Self {
         let low = records.first().map_or(0, |r| r.pointer);
         let high = records
             .iter()
@@ -100,9 +100,9 @@ const FOLDED: u8 = 2;
 /// chunks in its bins), and the header of the chunk after a block lies inside the block's last
 /// bytes. Such a value is not a reference from the program.
 pub fn run(
-    records: &[Record],
+    records: &[LiveBlock],
     stack_from: usize,
-    allocator_marker: impl Fn(&Record) -> usize,
+    allocator_marker: impl Fn(&LiveBlock) -> usize,
     mut send: impl FnMut(&[u8]),
 ) -> Option<()> {
     let n = records.len();
@@ -325,7 +325,7 @@ fn first_root(
 }
 
 /// Every aligned word inside a live block (heap memory: readable while the block lives).
-pub(super) fn scan_block(r: &Record, mut f: impl FnMut(usize)) {
+pub(super) fn scan_block(r: &LiveBlock, mut f: impl FnMut(usize)) {
     let words = r.size / WORD;
     for k in 0..words {
         // SAFETY: inside the block's `size` bytes, which the snapshot recorded as allocated.
@@ -404,7 +404,7 @@ fn push(blocks: &Blocks<'_>, mark: &mut [u8], work: &mut [u32], top: &mut usize,
 }
 
 impl Leak {
-    fn of(r: &Record) -> Leak {
+    fn of(r: &LiveBlock) -> Leak {
         let mut leak = Leak {
             begin: r.pointer,
             size: r.size,

@@ -206,7 +206,7 @@ impl BacktraceTable {
         let epoch = self.epoch.load(Ordering::Relaxed);
         let mut visited = 0;
         while c.next < live.shards() && visited < STEP_ENTRIES {
-            // Record shard locks are taken inside the pass, after the live-table shard's own
+            // The store's shard locks are taken inside the pass, after the live-table shard's own
             // (the order every whole-table pass keeps), and only if the shard has an id.
             let mut shards: Option<[MutexGuard<'_, Shard>; SHARDS]> = None;
             // Ids marked lately, by their low bits: most live blocks come from a few hot call

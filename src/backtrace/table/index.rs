@@ -5,7 +5,7 @@
 //! vector is found on the hot path. Also the store's memory accounting (`map_counted`) and the
 //! frame-vector hash.
 
-use super::{MAX_BYTES, Record};
+use super::{MAX_BYTES, Stored};
 use crate::pages;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -36,7 +36,7 @@ pub(super) unsafe fn unmap_counted(p: NonNull<u8>, bytes: usize) {
 #[repr(C)]
 pub(super) struct Slot {
     pub(super) key: AtomicU64,
-    pub(super) rec: AtomicPtr<Record>,
+    pub(super) rec: AtomicPtr<Stored>,
 }
 
 /// Bytes before the slots in an index mapping: the capacity, then padding.
@@ -69,8 +69,8 @@ fn home(key: u64, cap: usize) -> usize {
 pub(super) fn probe(
     slots: &[Slot],
     key: u64,
-    mut f: impl FnMut(*mut Record) -> bool,
-) -> Option<*mut Record> {
+    mut f: impl FnMut(*mut Stored) -> bool,
+) -> Option<*mut Stored> {
     let cap = slots.len();
     if cap == 0 {
         return None;
@@ -90,7 +90,7 @@ pub(super) fn probe(
 }
 
 /// Puts (key, rec) in the first empty slot of its probe run (the caller made room).
-fn place(slots: &[Slot], key: u64, rec: *mut Record) {
+fn place(slots: &[Slot], key: u64, rec: *mut Stored) {
     let mask = slots.len() - 1;
     let mut i = home(key, slots.len());
     while !slots[i].rec.load(Ordering::Relaxed).is_null() {
@@ -128,11 +128,11 @@ impl Index {
     }
 
     /// Calls `f` for each record stored under `key` until it returns true.
-    pub(super) fn find(&self, key: u64, f: impl FnMut(*mut Record) -> bool) -> Option<*mut Record> {
+    pub(super) fn find(&self, key: u64, f: impl FnMut(*mut Stored) -> bool) -> Option<*mut Stored> {
         probe(self.slots(), key, f)
     }
 
-    pub(super) fn insert(&mut self, key: u64, rec: *mut Record) -> bool {
+    pub(super) fn insert(&mut self, key: u64, rec: *mut Stored) -> bool {
         if (self.len + 1) * 2 > self.cap && !self.grow() {
             return false;
         }
@@ -141,7 +141,7 @@ impl Index {
         true
     }
 
-    pub(super) fn remove(&mut self, key: u64, rec: *mut Record) {
+    pub(super) fn remove(&mut self, key: u64, rec: *mut Stored) {
         if self.cap == 0 {
             return;
         }
