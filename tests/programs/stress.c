@@ -135,6 +135,8 @@ int main(void) {
     results[i].seed = 0x1234567ULL * (uint64_t)(i + 1);
     if (pthread_create(&threads[i], NULL, worker, &results[i]) != 0) {
       printf("pthread_create failed\n");
+      // The started workers write into `results`, on this stack: wait for them first.
+      for (int j = 0; j < i; j++) pthread_join(threads[j], NULL);
       return 1;
     }
   }
