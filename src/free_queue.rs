@@ -253,82 +253,77 @@ impl<T: Copy> FreeQueue<T> {
         true
     }
 
-    fn enqueue(&self, shard: usize, entry: T, frames: &[usize]) -> bool {
-        let tail = &self.ends(shard).tail;
-        let mut position = tail.load(Ordering::Relaxed);
+    /// Claims the slot at `end` (a ring's tail for a push, its head for a pop) once it is in
+    /// the state the claim needs: its sequence `position + ready` (0: free for this position;
+    /// 1: holding this position's entry). None when it is not and `end` has not moved: a push
+    /// or pop in progress there, or nothing to take. The slot is the caller's until it stores
+    /// the next sequence.
+    fn claim(
+        &self,
+        shard: usize,
+        end: &AtomicUsize,
+        ready: usize,
+    ) -> Option<(&Slot<T>, usize, usize)> {
+        let mut position = end.load(Ordering::Relaxed);
         loop {
             let (slot, index) = self.slot(shard, position);
-            let seq = slot.seq.load(Ordering::Acquire);
-            if seq != position {
-                // Still being emptied (or we lost a race and `position` is stale: retry once
-                // with the current tail, which only moves forward).
-                let now = tail.load(Ordering::Relaxed);
-                if now == position {
-                    return false;
-                }
-                position = now;
-                continue;
-            }
-            if let Err(now) = tail.compare_exchange_weak(
-                position,
-                position + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                position = now;
-                continue;
-            }
-            // SAFETY: the CAS on `tail` made this slot ours until the sequence store below.
-            unsafe {
-                let row = self.row(index);
-                let n = frames.len().min(row.len());
-                row[..n].copy_from_slice(&frames[..n]);
-                *slot.frame_count.get() = n;
-                (*slot.entry.get()).write(entry);
-            }
-            slot.seq.store(position + 1, Ordering::Release);
-            return true;
-        }
-    }
-
-    /// Takes the oldest entry of `shard`'s ring, copying its frames into `out`; None when the
-    /// ring is empty or its oldest slot is not finished.
-    fn dequeue(&self, shard: usize, out: &mut [MaybeUninit<usize>]) -> Option<(T, usize)> {
-        let head = &self.ends(shard).head;
-        let ring = self.ring.load(Ordering::Relaxed);
-        let mut position = head.load(Ordering::Relaxed);
-        loop {
-            let (slot, index) = self.slot(shard, position);
-            let seq = slot.seq.load(Ordering::Acquire);
-            if seq != position + 1 {
-                let now = head.load(Ordering::Relaxed);
+            if slot.seq.load(Ordering::Acquire) != position + ready {
+                // Not ready, or `position` is stale (another thread moved `end` on, and it
+                // only moves forward): look once more at the current end.
+                let now = end.load(Ordering::Relaxed);
                 if now == position {
                     return None;
                 }
                 position = now;
                 continue;
             }
-            if let Err(now) = head.compare_exchange_weak(
+            match end.compare_exchange_weak(
                 position,
                 position + 1,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                position = now;
-                continue;
+                Ok(_) => return Some((slot, index, position)),
+                Err(now) => position = now,
             }
-            // SAFETY: the CAS on `head` made this full slot ours until the sequence store.
-            let taken = unsafe {
-                let row = self.row(index);
-                let n = (*slot.frame_count.get()).min(row.len()).min(out.len());
-                for (dst, &src) in out.iter_mut().zip(&row[..n]) {
-                    dst.write(src);
-                }
-                ((*slot.entry.get()).assume_init(), n)
-            };
-            slot.seq.store(position + ring, Ordering::Release);
-            return Some(taken);
         }
+    }
+
+    fn enqueue(&self, shard: usize, entry: T, frames: &[usize]) -> bool {
+        let Some((slot, index, position)) = self.claim(shard, &self.ends(shard).tail, 0) else {
+            return false;
+        };
+        // SAFETY: `claim` made this free slot ours until the sequence store below.
+        unsafe {
+            let row = self.row(index);
+            let n = frames.len().min(row.len());
+            row[..n].copy_from_slice(&frames[..n]);
+            *slot.frame_count.get() = n;
+            (*slot.entry.get()).write(entry);
+        }
+        slot.seq.store(position + 1, Ordering::Release);
+        true
+    }
+
+    /// Takes the oldest entry of `shard`'s ring, copying its frames into `out`; None when the
+    /// ring is empty or its oldest slot is not finished.
+    fn dequeue(&self, shard: usize, out: &mut [MaybeUninit<usize>]) -> Option<(T, usize)> {
+        let (slot, index, position) = self.claim(shard, &self.ends(shard).head, 1)?;
+        // SAFETY: `claim` made this full slot ours until the sequence store below.
+        let taken = unsafe {
+            let row = self.row(index);
+            let n = (*slot.frame_count.get()).min(row.len()).min(out.len());
+            for (dst, &src) in out.iter_mut().zip(&row[..n]) {
+                dst.write(src);
+            }
+            ((*slot.entry.get()).assume_init(), n)
+        };
+        // Free for the push that comes round to this slot next.
+        slot.seq.store(
+            position + self.ring.load(Ordering::Relaxed),
+            Ordering::Release,
+        );
+        Some(taken)
     }
 
     /// Calls `f` on every queued entry and its frames, ring by ring, oldest first. Entries that
