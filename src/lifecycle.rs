@@ -101,6 +101,9 @@ pub unsafe fn initialize(
     if !crate::record_allocs::init(&config) {
         return false;
     }
+    if config.has(bits::RECORD_ALLOCS) {
+        crate::record_allocs::recognise_native(dispatch);
+    }
     // The last step that can fail: nothing after it needs undoing, so its mapping has no undo.
     if config.has(bits::FREE_TRACK)
         && !FREE_QUEUE.init(

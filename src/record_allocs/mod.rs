@@ -29,6 +29,11 @@ pub fn init(state_config: &crate::config::Config<'_>) -> bool {
     BUFFER.init(state_config.record_allocs_num_entries) && thread::init()
 }
 
+/// Learns what the native allocator reads next to a block (present.rs), once, at initialize.
+pub fn recognise_native(dispatch: &crate::dispatch::MallocDispatch) {
+    present::recognise_native(dispatch);
+}
+
 /// Undoes [`init`], completely or partly done, for a `debug_initialize` that gives up.
 pub fn release() {
     thread::release();

@@ -73,13 +73,56 @@ impl Read {
         }
     }
 
+    /// On Android the allocator is known only if initialize recognised Scudo
+    /// ([`recognise_native`]): Scudo's `malloc_usable_size` reads the chunk header 16 bytes
+    /// before the pointer, so the block's first page is resident when that header lies in it.
+    /// Other allocators (jemalloc) read nothing next to the block: every block asks the kernel.
     #[cfg(target_os = "android")]
-    pub fn native(_pointer: usize, _len: usize) -> Read {
+    pub fn native(pointer: usize, _len: usize) -> Read {
+        let before = if SCUDO.load(Ordering::Relaxed) && pointer & (page_size() - 1) >= 16 {
+            16
+        } else {
+            0
+        };
         Read {
-            before: 0,
+            before,
             after: false,
         }
     }
+}
+
+/// Whether the native allocator was recognised as Scudo (Android).
+#[cfg(target_os = "android")]
+static SCUDO: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// At initialize, on Android: is the native allocator Scudo? Told by its chunk headers: three
+/// fresh blocks of different sizes must each carry, 16 bytes before the pointer, Scudo's packed
+/// header (a primary size class, state "allocated", the requested size in
+/// `SizeOrUnusedBytes`). Read with `process_vm_readv`, so another allocator's neighbouring
+/// memory, mapped or not, is never dereferenced.
+pub fn recognise_native(dispatch: &crate::dispatch::MallocDispatch) {
+    #[cfg(target_os = "android")]
+    {
+        let looks_like_scudo = [40usize, 72, 136].iter().all(|&size| {
+            // SAFETY: native allocation; the block is freed below.
+            let p = unsafe { (dispatch.malloc)(size) } as usize;
+            if p == 0 {
+                return false;
+            }
+            let low = crate::platform::read_foreign_u32(p - 16);
+            // SAFETY: the block allocated above, freed once.
+            unsafe { (dispatch.free)(p as *mut _) };
+            low.is_some_and(|h| {
+                let class = h & 0xff;
+                let state = (h >> 8) & 3;
+                let size_field = (h >> 12) as usize & 0xf_ffff;
+                class != 0 && state == 1 && size_field == size
+            })
+        });
+        SCUDO.store(looks_like_scudo, Ordering::Relaxed);
+    }
+    #[cfg(not(target_os = "android"))]
+    let _ = dispatch;
 }
 
 /// Bytes of `[pointer, pointer + len)` in resident pages; -1 when `pointer` is null or `len` 0.
