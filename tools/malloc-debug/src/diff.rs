@@ -48,16 +48,10 @@ pub const SPEC: Spec<Args> = Spec {
     operands: "OLD NEW",
     about: "What grew between two heap dumps of one process, by allocation site.",
     flags: &[
-        Flag {
-            name: "symbols",
-            short: None,
-            value: Some("DIR"),
-            help: crate::report::SYMBOLS_HELP,
-            set: |a, v| {
-                a.symbols = Some(v.into());
-                Ok(())
-            },
-        },
+        crate::report::symbols_flag(|a: &mut Args, v| {
+            a.symbols = Some(v.into());
+            Ok(())
+        }),
         Flag {
             name: "top",
             short: None,

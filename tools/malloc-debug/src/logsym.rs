@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::args::{Flag, Spec};
+use crate::args::Spec;
 use crate::symbolize::{Resolved, Symbolizer};
 use crate::{Result, err};
 
@@ -178,16 +178,10 @@ pub const SPEC: Spec<Args> = Spec {
             to stdout, adding function, source file and line to every backtrace frame whose\n\
             module has debug info (in the module, or separate: .build-id, .gnu_debuglink).\n\
             Reads stdin without LOGFILE or with -.",
-    flags: &[Flag {
-        name: "symbols",
-        short: None,
-        value: Some("DIR"),
-        help: crate::report::SYMBOLS_HELP,
-        set: |a, v| {
-            a.symbols = Some(v.into());
-            Ok(())
-        },
-    }],
+    flags: &[crate::report::symbols_flag(|a: &mut Args, v| {
+        a.symbols = Some(v.into());
+        Ok(())
+    })],
     operand: |a: &mut Args, v: OsString, _| {
         if a.input.is_some() {
             return Err(err!(

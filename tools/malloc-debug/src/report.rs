@@ -37,9 +37,19 @@ pub struct Args {
     pub pprof: Option<PathBuf>,
 }
 
-/// `--symbols DIR`, shared with `diff` and `symbolize`.
-pub const SYMBOLS_HELP: &str = "look for the modules' files (with debug info) under DIR first:\n\
-     DIR/<path on the device> (like $ANDROID_PRODUCT_OUT/symbols), then DIR/<file name>";
+/// `--symbols DIR`, shared by every subcommand that symbolizes (report, diff, symbolize, run);
+/// `set` stores the directory in that subcommand's arguments.
+pub const fn symbols_flag<T>(set: fn(&mut T, OsString) -> Result<()>) -> Flag<T> {
+    Flag {
+        name: "symbols",
+        short: None,
+        value: Some("DIR"),
+        help: "look for the modules' files (with debug info) under DIR first:\n\
+               DIR/<path on the device> (like $ANDROID_PRODUCT_OUT/symbols), then \
+               DIR/<file name>",
+        set,
+    }
+}
 
 pub const SPEC: Spec<Args> = Spec {
     command: "report",
@@ -47,16 +57,10 @@ pub const SPEC: Spec<Args> = Spec {
     about: "Symbolized report of a heap dump (v1.0, v1.1, v1.2): the allocations by call site,\n\
             as a text tree on stdout and optionally as HTML, an SVG flamegraph or pprof.",
     flags: &[
-        Flag {
-            name: "symbols",
-            short: None,
-            value: Some("DIR"),
-            help: SYMBOLS_HELP,
-            set: |a, v| {
-                a.symbols = Some(v.into());
-                Ok(())
-            },
-        },
+        symbols_flag(|a: &mut Args, v| {
+            a.symbols = Some(v.into());
+            Ok(())
+        }),
         Flag {
             name: "top",
             short: None,

@@ -88,16 +88,10 @@ const FLAGS: &[Flag<Args>] = &[
             Ok(())
         },
     },
-    Flag {
-        name: "symbols",
-        short: None,
-        value: Some("DIR"),
-        help: crate::report::SYMBOLS_HELP,
-        set: |a, v| {
-            a.symbols = Some(v.into());
-            Ok(())
-        },
-    },
+    crate::report::symbols_flag(|a: &mut Args, v| {
+        a.symbols = Some(v.into());
+        Ok(())
+    }),
     Flag {
         name: "no-symbolize",
         short: None,
