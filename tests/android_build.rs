@@ -10,6 +10,10 @@
 //! When the Android rustup targets cannot be installed, scripts/build-android exits with 3 and
 //! these checks are skipped with a loud warning (the Soong checks still run).
 
+#[path = "common/skip_log.rs"]
+mod skip_log;
+use skip_log::note_skip;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -547,19 +551,5 @@ fn version_scripts_list_exactly_the_abi() {
         let mut want = set(EXPORTS_64);
         want.extend(set(extra));
         assert_eq!(names, want, "{rel}: exported names");
-    }
-}
-
-/// scripts/test lists every skipped check at its end: each skip is one line appended to
-/// $MALLOC_DEBUG_SKIP_LOG (one write, O_APPEND: test processes run in parallel).
-fn note_skip(what: &str) {
-    use std::io::Write;
-    if let Some(log) = std::env::var_os("MALLOC_DEBUG_SKIP_LOG").filter(|v| !v.is_empty())
-        && let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-    {
-        let _ = f.write_all(format!("{what}\n").as_bytes());
     }
 }

@@ -13,6 +13,10 @@
 //! imports checked against the root's own libc/libdl/liblog; an exit leak report through the
 //! root's real logd and logcat (`--real-logd`), and errno across 50,000 successful calls.
 
+#[path = "common/skip_log.rs"]
+mod skip_log;
+use skip_log::note_skip;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -53,20 +57,6 @@ fn skipped(what: &str) {
     eprintln!("########################################################################");
     eprintln!("WARNING: {what}; Android root filesystem checks SKIPPED");
     eprintln!("########################################################################");
-}
-
-/// scripts/test lists every skipped check at its end: each skip is one line appended to
-/// $MALLOC_DEBUG_SKIP_LOG (one write, O_APPEND: test processes run in parallel).
-fn note_skip(what: &str) {
-    use std::io::Write;
-    if let Some(log) = std::env::var_os("MALLOC_DEBUG_SKIP_LOG").filter(|v| !v.is_empty())
-        && let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-    {
-        let _ = f.write_all(format!("{what}\n").as_bytes());
-    }
 }
 
 /// Runs of the same root share /data/local/tmp/malloc_debug_lib and /linkerconfig: one at a time.

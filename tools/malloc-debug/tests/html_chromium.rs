@@ -7,6 +7,10 @@
 //! Needs Debian's `chromium` package (or `$CHROMIUM` naming a Chromium/Chrome binary); without
 //! one the test prints a warning and passes without checking anything.
 
+#[path = "../../../tests/common/skip_log.rs"]
+mod skip_log;
+use skip_log::note_skip;
+
 mod common;
 use common::*;
 
@@ -516,18 +520,4 @@ fn base64(text: &str) -> Vec<u8> {
         }
     }
     out
-}
-
-/// scripts/test lists every skipped check at its end: each skip is one line appended to
-/// $MALLOC_DEBUG_SKIP_LOG (one write, O_APPEND: test processes run in parallel).
-fn note_skip(what: &str) {
-    use std::io::Write;
-    if let Some(log) = std::env::var_os("MALLOC_DEBUG_SKIP_LOG").filter(|v| !v.is_empty())
-        && let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-    {
-        let _ = f.write_all(format!("{what}\n").as_bytes());
-    }
 }
