@@ -19,7 +19,6 @@
 //! The cost is on the marked side only (one table operation per marked call); the unmarked hot
 //! path is unchanged and asks only before a report.
 
-use crate::config::bits;
 use crate::dispatch::MallocDispatch;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG};
 use crate::live_table::{Info, Key, LiveTable};
@@ -75,14 +74,8 @@ pub fn untracked_ours(state: &State, pointer: usize) -> bool {
         crate::platform::read_foreign_u32(state.layout.header_of(pointer) as usize)
             == Some(DEBUG_TAG)
     } else {
-        !(state.has(bits::FREE_TRACK) && queued(pointer))
+        !(state.plan.hold_freed && crate::free_track::is_held(pointer))
     }
-}
-
-#[cold]
-#[inline(never)]
-fn queued(pointer: usize) -> bool {
-    crate::free_track::is_held(pointer)
 }
 
 // ---------------------------------------------------------------------------------------------

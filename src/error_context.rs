@@ -98,7 +98,7 @@ pub fn allocation_of(state: &State, pointer: usize) -> failure::Allocation {
         found.backtrace = id;
         return found;
     }
-    if state.has(bits::FREE_TRACK) {
+    if state.plan.hold_freed {
         FREE_QUEUE.for_each(|entry, _| {
             if entry.pointer() == pointer {
                 found.backtrace = entry.alloc_backtrace();
@@ -130,7 +130,7 @@ pub fn mark_queued(mark: &mut dyn FnMut(u32)) {
     let Some(state) = crate::state::get() else {
         return;
     };
-    if !wanted(state) || !state.has(bits::FREE_TRACK) {
+    if !wanted(state) || !state.plan.hold_freed {
         return;
     }
     FREE_QUEUE.for_each(|entry, _| {

@@ -55,7 +55,10 @@ pub fn hold(state: &State, pointer: usize, filled: usize, alloc_backtrace: u32, 
     });
 }
 
-/// Whether free_track holds `pointer` (every ring is looked at).
+/// Whether free_track holds `pointer` (every ring is looked at: out of line, for the rare
+/// callers that ask).
+#[cold]
+#[inline(never)]
 pub fn is_held(pointer: usize) -> bool {
     let mangled = pointer ^ usize::MAX;
     let mut found = false;

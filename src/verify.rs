@@ -5,7 +5,6 @@
 //! read, and the header of an unknown pointer is read with `process_vm_readv`, which fails
 //! cleanly on unmapped memory: however wild the pointer, the check itself never faults.
 
-use crate::config::bits;
 use crate::crossing;
 use crate::failure;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG};
@@ -71,7 +70,7 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
         ),
     }
     let mut free_frames = crate::tracking::FrameBuffer::new();
-    if state.has(bits::FREE_TRACK)
+    if state.plan.hold_freed
         && crate::free_track::free_backtrace_of(pointer, &mut free_frames)
         && !free_frames.frames().is_empty()
     {
