@@ -22,6 +22,15 @@ fn frames_after(messages: &[String], heading: &str) -> Vec<String> {
         .collect()
 }
 
+/// The allocation frames of the first leak whose report line contains `leak` (e.g. `size 1234 `).
+fn leak_frames(messages: &[String], leak: &str) -> Vec<String> {
+    let at = messages
+        .iter()
+        .position(|m| m.contains(&format!("leaked block of {leak}")))
+        .unwrap_or_else(|| panic!("{messages:#?}"));
+    frames_after(&messages[at..], "Backtrace at time of allocation:")
+}
+
 fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
@@ -143,11 +152,7 @@ fn exit_dump_and_full_leak_report_after_dlclose() {
     let alloc = module_alloc_address(&out);
     let in_module = |pc: u64| (alloc..alloc + 64).contains(&pc);
     let messages = malloc_debug_messages(&out);
-    let leak = messages
-        .iter()
-        .position(|m| m.contains("leaked block of size 4321"))
-        .unwrap_or_else(|| panic!("{messages:#?}"));
-    let frames = frames_after(&messages[leak..], "Backtrace at time of allocation:");
+    let frames = leak_frames(&messages, "size 4321");
     let pc = frames[1]
         .strip_prefix("          #1  pc ")
         .and_then(|t| t.strip_suffix("  <unknown>"))
@@ -233,11 +238,7 @@ fn cxx_names_are_demangled() {
         let out = run_under_front(&program, &[], Some(options), &[]);
         assert_exit_code(&out, 0);
         let messages = malloc_debug_messages(&out);
-        let leak = messages
-            .iter()
-            .position(|m| m.contains("leaked block of size 1234 "))
-            .unwrap_or_else(|| panic!("{messages:#?}"));
-        let frames = frames_after(&messages[leak..], "Backtrace at time of allocation:");
+        let frames = leak_frames(&messages, "size 1234 ");
         let f = &frames[1];
         assert!(f.starts_with(&format!("          {heading}  pc ")), "{f}");
         assert!(
@@ -283,11 +284,7 @@ fn rust_v0_names_are_demangled_as_rust() {
     assert_exit_code(&out, 0);
     assert_eq!(stdout_of(&out), "1234\n");
     let messages = malloc_debug_messages(&out);
-    let leak = messages
-        .iter()
-        .position(|m| m.contains("leaked block of size 1234 "))
-        .unwrap_or_else(|| panic!("{messages:#?}"));
-    let frames = frames_after(&messages[leak..], "Backtrace at time of allocation:");
+    let frames = leak_frames(&messages, "size 1234 ");
     assert!(
         frames
             .iter()
