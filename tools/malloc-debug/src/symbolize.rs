@@ -29,7 +29,9 @@ struct Segment {
 struct Symbol {
     addr: u64,
     size: u64,
-    name: String,
+    /// As the symbol table spells it: demangled only for the frames printed (a module has
+    /// thousands of symbols and a report names a few hundred).
+    name: &'static str,
 }
 
 struct Module {
@@ -132,12 +134,39 @@ impl Symbolizer {
     }
 }
 
-/// The file read for the process lifetime: the CLI runs once and exits, and leaked data lets the
-/// DWARF readers borrow it without self-referential structs.
+/// The file mapped for the process lifetime: the CLI runs once and exits, and a mapping that is
+/// never unmapped lets the DWARF readers borrow it without self-referential structs. Mapped, not
+/// read: a module and its debug file are megabytes of which a report touches a few pages, and
+/// reading them whole was most of the time a short program's exit report took to symbolize.
 fn read_leaked(path: &Path) -> Option<object::File<'static>> {
-    let data = std::fs::read(path).ok()?;
-    let data: &'static [u8] = Box::leak(data.into_boxed_slice());
-    object::File::parse(data).ok()
+    object::File::parse(map_leaked(path)?).ok()
+}
+
+fn map_leaked(path: &Path) -> Option<&'static [u8]> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).ok()?;
+    let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+    if len == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: a private read-only mapping of a file we opened; the descriptor may close after
+    // mmap returns. Modules are not rewritten while a run reports on them (a binary being
+    // replaced gets a new inode; the old mapping stays valid).
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if at == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: `len` readable bytes at `at`, never unmapped: they live as long as the process.
+    Some(unsafe { std::slice::from_raw_parts(at.cast::<u8>(), len) })
 }
 
 fn has_dwarf(file: &object::File<'_>) -> bool {
@@ -178,13 +207,12 @@ fn debug_file(
         .into_iter()
         .filter(|c| c.as_path() != path)
         .find_map(|c| {
-            let data = std::fs::read(&c).ok()?;
+            let data = map_leaked(&c)?;
             let mut sum = flate2::Crc::new();
-            sum.update(&data);
+            sum.update(data);
             if sum.sum() != crc {
                 return None;
             }
-            let data: &'static [u8] = Box::leak(data.into_boxed_slice());
             object::File::parse(data).ok().filter(has_dwarf)
         })
 }
@@ -213,11 +241,10 @@ fn load(path: &Path, symbols_dir: Option<&Path>) -> Option<Module> {
         .chain(debug.iter().flat_map(|d| d.symbols()))
         .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
         .filter_map(|s| {
-            let name = s.name().ok()?;
             Some(Symbol {
                 addr: s.address(),
                 size: s.size(),
-                name: addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned(),
+                name: s.name().ok()?,
             })
         })
         .collect();
@@ -272,7 +299,7 @@ impl Module {
     /// `vaddr` is a return address: the call is at vaddr - 1.
     fn lookup_vaddr(&self, vaddr: u64) -> Vec<Resolved> {
         let probe = vaddr.saturating_sub(1);
-        let symbol_name = self.symbol(probe).map(|s| s.name.clone());
+        let symbol = self.symbol(probe);
         let mut out = Vec::new();
         if let Some(ctx) = &self.dwarf
             && let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads()
@@ -301,7 +328,8 @@ impl Module {
         if let Some(last) = out.last_mut()
             && last.function.is_none()
         {
-            last.function = symbol_name;
+            last.function =
+                symbol.map(|s| addr2line::demangle_auto(Cow::Borrowed(s.name), None).into_owned());
         }
         out
     }
