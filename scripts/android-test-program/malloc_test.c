@@ -121,15 +121,32 @@ static void park_handler(int sig, void* info, void* ucontext) {
   parked = 0;
 }
 
+/* Frees the worker delays itself, first in first out ("unwind-delayed": free_track's pattern in
+ * the program's own code, to run without malloc debug). 0: each block is freed at once. */
+#define DELAY_MAX 256
+static int delay_frees;
+static void* delayed[DELAY_MAX];
+
+static void worker_free(unsigned* next, void* p) {
+  if (!delay_frees) {
+    free(p);
+    return;
+  }
+  unsigned slot = (*next)++ % (unsigned)delay_frees;
+  free(delayed[slot]);
+  delayed[slot] = p;
+}
+
 static void* park_worker(void* arg) {
   (void)arg;
   park_worker_tid = gettid();
+  unsigned next = 0;
   for (unsigned i = 0; !park_stop; i++) {
     void* p = malloc(16 + i % 300);
     p = realloc(p, 64 + i % 900);
     void* q = calloc(1, 24);
-    free(p);
-    free(q);
+    worker_free(&next, p);
+    worker_free(&next, q);
   }
   return 0;
 }
@@ -432,6 +449,12 @@ int main(int argc, char** argv, char** envp) {
   if (argc > 1 && strcmp(argv[1], "fork") == 0) fork_test();
   if (argc > 1 && strcmp(argv[1], "park") == 0) park_test(200);
   if (argc > 1 && strcmp(argv[1], "unwind") == 0) unwind_test(1000);
+  if (argc > 2 && strcmp(argv[1], "unwind-delayed") == 0) {
+    delay_frees = 100;
+    int n = 0;
+    for (const char* c = argv[2]; *c >= '0' && *c <= '9'; c++) n = n * 10 + (*c - '0');
+    unwind_test(n);
+  }
   if (argc > 1 && strcmp(argv[1], "fork-dlopen") == 0) fork_dlopen_test(0);
   if (argc > 1 && strcmp(argv[1], "fork-dlopen-report") == 0) fork_dlopen_test(1);
   if (argc > 1 && strcmp(argv[1], "errno") == 0) errno_test();
