@@ -58,8 +58,9 @@ const INITIAL_BUCKETS: usize = 32;
 /// copies the shard and later unmaps the old one (system calls, page faults, a TLB shootdown);
 /// a program that reaches tens of thousands of live blocks in its first milliseconds paid most
 /// of its start-up slowdown in 256 such growths. Growing faster while the tables are small
-/// halves their number for a few hundred kilobytes of slack at most.
-const FAST_GROWTH_BELOW: usize = 4096;
+/// halves their number for a few hundred kilobytes of slack at most (1024 buckets: 4,096
+/// slots a shard, about 160,000 live blocks in all).
+const FAST_GROWTH_BELOW: usize = 1024;
 /// A shard grows when an insert would fill more than MAX_LOAD_NUM/MAX_LOAD_DEN of its slots.
 const MAX_LOAD_NUM: usize = 5;
 const MAX_LOAD_DEN: usize = 8;

@@ -123,6 +123,13 @@ pub fn check_and_untrack(state: &State, pointer: usize, function: &str) -> Relea
 #[inline(never)]
 fn untrack_checked(state: &State, pointer: usize, function: &str) -> Release {
     let taken = tracking::untrack(pointer);
+    if let Some(record) = taken
+        && !state.layout.header
+    {
+        // A tracked block without a header has nothing more to check (`classify`'s first
+        // answer): the common free of leak_track, backtrace and verify_pointers.
+        return Release::Untracked(record);
+    }
     match (classify(state, pointer, taken.is_some()), taken) {
         (None, Some(record)) => Release::Untracked(record),
         (None, None) => Release::Allowed,

@@ -113,7 +113,30 @@ impl Table {
     /// The slot holding `key`, or None. A frozen copy of the key counts as found (its info is
     /// what the new table holds too); `Frozen` when the walk met a frozen slot without finding
     /// the key (it may have moved).
+    ///
+    /// Nearly every lookup finds its key, published, in its home bucket: that case is four
+    /// compares inline, and everything else (frozen copies, overflow into later buckets,
+    /// absent keys) takes the full walk out of line.
+    #[inline(always)]
     pub(super) fn locate(&self, key: usize, h: u64) -> Attempt<Option<(usize, &Slot)>> {
+        let home = self.home(h);
+        // SAFETY: `home` < bucket_count (a hash shifted down to the table's index bits).
+        let bucket = unsafe { &*self.first_bucket().add(home) };
+        for slot in &bucket.slots {
+            if slot.key.load(Ordering::Acquire) == key {
+                return Attempt::Done(Some((home, slot)));
+            }
+        }
+        self.locate_walk(key, h)
+    }
+
+    fn first_bucket(&self) -> *const Bucket {
+        // The buckets follow the header inside the mapping (`Table::map`).
+        (self as *const Table).wrapping_add(1).cast::<Bucket>()
+    }
+
+    #[inline(never)]
+    fn locate_walk(&self, key: usize, h: u64) -> Attempt<Option<(usize, &Slot)>> {
         let buckets = self.buckets();
         let overflow = self.overflow();
         let mask = self.bucket_count - 1;
@@ -150,8 +173,43 @@ impl Table {
         }
     }
 
-    /// Claims a free slot from the home bucket on, fills it and publishes the key.
+    /// Claims a free slot from the home bucket on, fills it and publishes the key. The common
+    /// case, an empty slot in the home bucket, is inline; a full home bucket (or a freeze:
+    /// frozen slots are never `EMPTY`, so the claim below cannot take one) walks on out of line.
+    #[inline(always)]
     pub(super) fn insert(&self, key: usize, h: u64, info: u64) -> Attempt<()> {
+        // SAFETY: `home` < bucket_count, as in `locate`.
+        let bucket = unsafe { &*self.first_bucket().add(self.home(h)) };
+        for slot in &bucket.slots {
+            if slot.key.load(Ordering::Relaxed) == EMPTY
+                && slot
+                    .key
+                    .compare_exchange(EMPTY, RESERVED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return Self::publish(slot, key, info);
+            }
+        }
+        self.insert_walk(key, h, info)
+    }
+
+    /// Fills a claimed slot and publishes the key.
+    #[inline(always)]
+    fn publish(slot: &Slot, key: usize, info: u64) -> Attempt<()> {
+        slot.info.store(info, Ordering::Relaxed);
+        // Release: whoever finds the key finds the info. Fails only if a grower froze
+        // the reservation meanwhile; the entry then goes into the new table.
+        match slot
+            .key
+            .compare_exchange(RESERVED, key, Ordering::SeqCst, Ordering::Relaxed)
+        {
+            Ok(_) => Attempt::Done(()),
+            Err(_) => Attempt::Frozen,
+        }
+    }
+
+    #[inline(never)]
+    fn insert_walk(&self, key: usize, h: u64, info: u64) -> Attempt<()> {
         let buckets = self.buckets();
         let overflow = self.overflow();
         let mask = self.bucket_count - 1;
@@ -170,18 +228,7 @@ impl Table {
                 {
                     continue;
                 }
-                slot.info.store(info, Ordering::Relaxed);
-                // Release: whoever finds the key finds the info. Fails only if a grower froze
-                // the reservation meanwhile; the entry then goes into the new table.
-                return match slot.key.compare_exchange(
-                    RESERVED,
-                    key,
-                    Ordering::SeqCst,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => Attempt::Done(()),
-                    Err(_) => Attempt::Frozen,
-                };
+                return Self::publish(slot, key, info);
             }
             // Counted before the entry can be published further on: a lookup that can see the
             // entry sees the count.
