@@ -181,6 +181,10 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
         }
         _ => orig,
     };
+    if state.plan.track {
+        // The table's line loads while the header and guards are written.
+        tracking::prefetch(header_at + layout.pointer_offset);
+    }
     let usable = if request == Request::Calloc {
         // SAFETY: `orig` was just returned by the native allocator; all of it is ours to zero.
         let usable = unsafe { (d.malloc_usable_size)(orig as *const c_void) };
@@ -398,6 +402,12 @@ fn queue_freed(cx: &Entered, pointer: usize, bytes: usize, alloc_backtrace: u32)
 pub fn free(cx: &Entered, pointer: *mut c_void) {
     let state = cx.state;
     let pointer = pointer as usize;
+    if state.plan.track && state.layout.header {
+        // Both misses of a header-mode free at once: the table's line and the header, which
+        // the checks after the removal read.
+        tracking::prefetch(pointer);
+        crate::platform::prefetch(state.layout.header_of(pointer) as usize);
+    }
     // Before the block leaves the table, as the reference does: a heap dump the signal asked
     // for still lists the block being freed.
     crate::deferred::on_internal_malloc_or_free(state);

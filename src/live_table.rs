@@ -248,6 +248,25 @@ impl LiveTable {
         }
     }
 
+    /// Starts loading the home bucket of `pointer` (docs/design.md, "Live-allocation table"):
+    /// the caller adds or removes it after some other work (writing a header and guards,
+    /// checking a header), and the bucket's cache miss, the larger part of tracking's cost on a
+    /// heap bigger than the cache, overlaps that work instead of following it. Call inside a
+    /// library call (the current table stays mapped meanwhile).
+    #[inline(always)]
+    pub fn prefetch(&self, pointer: usize) {
+        let key = Key::of(pointer);
+        if !key.valid() {
+            return;
+        }
+        let h = hash(key.0);
+        let t = self.shard(h).table.load(Ordering::Relaxed);
+        // SAFETY: a published table stays mapped while this call runs (see `Quiescence`).
+        if let Some(table) = unsafe { t.as_ref() } {
+            crate::platform::prefetch(table.bucket_address(h));
+        }
+    }
+
     pub fn remove(&self, pointer: usize) -> Option<Info> {
         let (found, shard) =
             self.on_current_table(Key::of(pointer), |t, key, h| t.remove(key, h))?;

@@ -278,6 +278,13 @@ impl Removed {
     }
 }
 
+/// Starts loading the table line that tracking `pointer` (adding or removing it) will touch,
+/// for a caller with other work to do first.
+#[inline(always)]
+pub fn prefetch(pointer: usize) {
+    LIVE_TABLE.prefetch(pointer);
+}
+
 /// Takes `pointer` out of the live table.
 pub fn untrack(pointer: usize) -> Option<Removed> {
     let epoch = BACKTRACES.epoch();

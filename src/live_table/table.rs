@@ -130,6 +130,11 @@ impl Table {
         self.locate_walk(key, h)
     }
 
+    /// Where `h`'s home bucket is (for a prefetch: nothing is read).
+    pub(super) fn bucket_address(&self, h: u64) -> usize {
+        self.first_bucket().wrapping_add(self.home(h)) as usize
+    }
+
     fn first_bucket(&self) -> *const Bucket {
         // The buckets follow the header inside the mapping (`Table::map`).
         (self as *const Table).wrapping_add(1).cast::<Bucket>()
