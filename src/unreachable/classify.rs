@@ -181,20 +181,12 @@ impl Drop for SigchldBlocked {
 
 /// The child's work: roots, then the lost blocks' kinds.
 fn walk(state: &State, records: &[LiveBlock], stack_from: usize, out: &mut [u8]) -> Option<()> {
-    let n = records.len();
-    let mut markers = Array::<usize>::new(n)?;
-    let markers = markers.slice();
-    for (m, r) in markers.iter_mut().zip(records) {
-        *m = super::allocator_marker(state, r.pointer);
-    }
-    let blocks = Blocks::new(records, markers);
-    let mut mark = Array::<u8>::new(n)?;
-    let mut work = Array::<u32>::new(n)?;
-    let mut referenced = Array::<u8>::new(n)?;
-    let (mark, work) = (mark.slice(), work.slice());
-    scan::mark_from_roots(&blocks, mark, work, stack_from)?;
-    classify(&blocks, mark, work, referenced.slice(), out);
-    Some(())
+    let mut referenced = Array::<u8>::new(records.len())?;
+    let marker = |r: &LiveBlock| super::allocator_marker(state, r.pointer);
+    scan::with_marked(records, stack_from, marker, |blocks, mark, work| {
+        classify(blocks, mark, work, referenced.slice(), out);
+        Some(())
+    })
 }
 
 /// Given `mark` (REACHABLE for every block reachable from the roots, UNMARKED for the rest),

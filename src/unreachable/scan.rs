@@ -105,6 +105,24 @@ pub fn run(
     allocator_marker: impl Fn(&LiveBlock) -> usize,
     mut send: impl FnMut(&[u8]),
 ) -> Option<()> {
+    with_marked(
+        records,
+        stack_from,
+        allocator_marker,
+        |blocks, mark, work| send_leaks(blocks, mark, work, &mut send),
+    )
+}
+
+/// The first half of every walk: the blocks indexed with their allocator markers, and `mark`
+/// set from the roots (REACHABLE for every block reachable from them, UNMARKED for the rest);
+/// `then` gets them with a work array of one slot per block. `None` when memory for the
+/// bookkeeping could not be mapped.
+pub(super) fn with_marked<R>(
+    records: &[LiveBlock],
+    stack_from: usize,
+    allocator_marker: impl Fn(&LiveBlock) -> usize,
+    then: impl FnOnce(&Blocks<'_>, &mut [u8], &mut [u32]) -> Option<R>,
+) -> Option<R> {
     let n = records.len();
     let mut markers = Array::<usize>::new(n)?;
     let markers = markers.slice();
@@ -114,10 +132,19 @@ pub fn run(
     let blocks = Blocks::new(records, markers);
     let mut mark = Array::<u8>::new(n)?;
     let mut work = Array::<u32>::new(n)?;
-    let mark = mark.slice();
-    let work = work.slice();
+    let (mark, work) = (mark.slice(), work.slice());
     mark_from_roots(&blocks, mark, work, stack_from)?;
+    then(&blocks, mark, work)
+}
 
+/// The check's answer: the summary, then the reported leaks, each as bytes for the pipe.
+fn send_leaks(
+    blocks: &Blocks<'_>,
+    mark: &mut [u8],
+    work: &mut [u32],
+    send: &mut impl FnMut(&[u8]),
+) -> Option<()> {
+    let n = blocks.records.len();
     let mut summary = Summary {
         allocations: n,
         allocation_bytes: blocks.records.iter().map(|r| r.size).sum(),
@@ -129,7 +156,7 @@ pub fn run(
             summary.leak_bytes += r.size;
         }
     }
-    let leaks = fold(&blocks, mark, work)?;
+    let leaks = fold(blocks, mark, work)?;
     summary.reported = leaks.len().min(super::LIMIT);
     send(as_bytes(&summary));
     for leak in &leaks[..summary.reported] {
