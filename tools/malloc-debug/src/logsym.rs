@@ -10,9 +10,9 @@
 //! `run` streams the program's stderr through [`filter`]; `symbolize` reads a saved log or
 //! `adb logcat` text, whatever the logcat layout, since frames are found anywhere in a line.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{BufRead, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -26,17 +26,36 @@ use crate::{Result, err};
 #[derive(Debug, PartialEq, Eq)]
 struct Frame<'a> {
     module: &'a str,
-    pc: u64,
+    /// The pc's hex digits (1 to 16).
+    hex: &'a [u8],
+}
+
+impl Frame<'_> {
+    fn pc(&self) -> u64 {
+        self.hex.iter().fold(0, |pc, &c| {
+            // An ASCII hex digit: its low four bits, plus 9 for letters.
+            (pc << 4) | u64::from((c & 0xf) + if c > b'9' { 9 } else { 0 })
+        })
+    }
+
+    /// The digits right-aligned in sixteen zeros, as one number: the same for every spelling
+    /// of one pc with or without leading zeros, and taken in a few instructions where
+    /// converting them is a few per digit.
+    fn key(&self) -> u128 {
+        let mut digits = [b'0'; 16];
+        digits[16 - self.hex.len()..].copy_from_slice(self.hex);
+        u128::from_ne_bytes(digits)
+    }
 }
 
 /// Finds `#NN  pc HEX  [(offset 0x..) ]MODULE[ ...]` anywhere in the line. Frames of a library
 /// inside an APK (`MODULE (offset 0x..)` in the fast format) are not ELF files of their own and
 /// are left alone, as are `<unknown>`/`<anonymous:...>` pseudo modules. Works on bytes with
 /// ASCII blanks (every line of a report passes here): a module is cut at the first one.
-fn parse_frame(line: &str) -> Option<Frame<'_>> {
-    let b = line.as_bytes();
+fn parse_frame(line: &[u8]) -> Option<Frame<'_>> {
+    let b = line;
     let blanks = |mut i: usize| {
-        while b.get(i).is_some_and(u8::is_ascii_whitespace) {
+        while i < b.len() && b[i].is_ascii_whitespace() {
             i += 1;
         }
         i
@@ -45,41 +64,52 @@ fn parse_frame(line: &str) -> Option<Frame<'_>> {
     loop {
         let at = from + find_byte(b'#', &b[from..])?;
         from = at + 1;
-        let digits = b[from..].iter().take_while(|c| c.is_ascii_digit()).count();
-        if digits < 2 {
+        let mut i = from;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i - from < 2 {
             continue;
         }
-        let pc_at = blanks(from + digits);
+        let pc_at = blanks(i);
         if !b[pc_at..].starts_with(b"pc ") {
             continue;
         }
         let hex_at = blanks(pc_at + 3);
-        let hex = b[hex_at..]
-            .iter()
-            .take_while(|c| c.is_ascii_hexdigit())
-            .count();
-        if hex == 0 || hex > 16 {
+        let mut i = hex_at;
+        while i < b.len() && b[i].is_ascii_hexdigit() {
+            i += 1;
+        }
+        if i == hex_at || i - hex_at > 16 {
             continue;
         }
-        let pc = b[hex_at..hex_at + hex].iter().fold(0u64, |v, &c| {
-            // An ASCII hex digit: its low four bits, plus 9 for letters.
-            (v << 4) | u64::from((c & 0xf) + if c > b'9' { 9 } else { 0 })
-        });
-        let mut tail = blanks(hex_at + hex);
+        let mut tail = blanks(i);
         if b[tail..].starts_with(b"(offset 0x") {
             tail += b[tail..].windows(2).position(|w| w == b") ")? + 2;
         }
-        let end = tail
-            + b[tail..]
-                .iter()
-                .position(u8::is_ascii_whitespace)
-                .unwrap_or(b.len() - tail);
-        if end == tail || b[tail] != b'/' || b[blanks(end)..].starts_with(b"(offset") {
+        if b.get(tail) != Some(&b'/') {
             return None;
         }
+        let mut end = tail;
+        while end < b.len() && !b[end].is_ascii_whitespace() {
+            end += 1;
+        }
+        if b[blanks(end)..].starts_with(b"(offset") {
+            return None;
+        }
+        // A module that is not UTF-8 is no file this program can name (the line itself need
+        // not be: only the module is checked).
+        let module = &line[tail..end];
+        let module = if module.is_ascii() {
+            // SAFETY: ASCII is UTF-8 (the check is a few words at a time; from_utf8 is a call
+            // per byte run and most of the cost of a line).
+            unsafe { std::str::from_utf8_unchecked(module) }
+        } else {
+            std::str::from_utf8(module).ok()?
+        };
         return Some(Frame {
-            module: &line[tail..end],
-            pc,
+            module,
+            hex: &b[hex_at..i],
         });
     }
 }
@@ -112,7 +142,29 @@ fn suffix(frames: &[Resolved]) -> Option<String> {
 }
 
 /// The text added to each frame line of one module, by pc (`None`: nothing known).
-type Suffixes = HashMap<u64, Option<Box<str>>>;
+type Suffixes = HashMap<u128, Option<Box<str>>, BuildHasherDefault<KeyHasher>>;
+
+/// Hashes a [`Frame::key`] with one multiplication: the keys are this program's own, never
+/// chosen to collide, and SipHash was a tenth of the time of a report's line.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u128(&mut self, v: u128) {
+        self.0 = ((v as u64) ^ (v >> 64) as u64 ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        // hashbrown takes its control bits from the top and its index from the bottom.
+        self.0 ^ (self.0 >> 29)
+    }
+}
 
 pub struct LogSymbolizer {
     symbolizer: Symbolizer,
@@ -136,23 +188,24 @@ impl LogSymbolizer {
     }
 
     /// The text appended to the frame line of `pc` in `module`, resolved once per frame.
-    fn added(&mut self, module: &str, pc: u64) -> Option<&str> {
+    fn added(&mut self, frame: &Frame<'_>) -> Option<&str> {
+        let module = frame.module;
         // A log names a handful of modules: a scan compares a few short strings, cheaper than
         // hashing a path per line.
         let i = match self.seen.iter().position(|(m, _)| m == module) {
             Some(i) => i,
             None => {
-                self.seen.push((module.to_string(), HashMap::new()));
+                self.seen.push((module.to_string(), Suffixes::default()));
                 self.seen.len() - 1
             }
         };
         let symbolizer = &mut self.symbolizer;
         self.seen[i]
             .1
-            .entry(pc)
+            .entry(frame.key())
             .or_insert_with(|| {
                 symbolizer
-                    .resolve_vaddr(module, pc)
+                    .resolve_vaddr(module, frame.pc())
                     .and_then(|frames| suffix(&frames))
                     .map(String::into_boxed_str)
             })
@@ -165,13 +218,8 @@ impl LogSymbolizer {
             Some(b) => (b, &b"\n"[..]),
             None => (line, &b""[..]),
         };
-        // Checked first: the lossy conversion walks every line char by char.
-        let text = match std::str::from_utf8(body) {
-            Ok(t) => Cow::Borrowed(t),
-            Err(_) => String::from_utf8_lossy(body),
-        };
-        let added = match parse_frame(&text) {
-            Some(f) => self.added(f.module, f.pc),
+        let added = match parse_frame(body) {
+            Some(f) => self.added(&f),
             None => None,
         };
         match added {
@@ -199,8 +247,8 @@ const PARTIAL_LINE_WAIT_MS: i32 = 50;
 /// PIPE_BUF), so a frame line never mixes with the program's own output.
 pub fn filter(input: &mut (impl Read + AsRawFd), out: &mut impl Write, sym: &mut LogSymbolizer) {
     let mut pending: Vec<u8> = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut lines = Vec::with_capacity(80 * 1024);
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut lines = Vec::with_capacity(320 * 1024);
     loop {
         if !pending.is_empty() && !readable(input.as_raw_fd(), PARTIAL_LINE_WAIT_MS) {
             let _ = out.write_all(&pending);
@@ -303,7 +351,7 @@ mod tests {
 
     #[test]
     fn frames_in_both_formats_and_any_logcat_layout() {
-        let f = |l| parse_frame(l).map(|f| (f.module.to_string(), f.pc));
+        let f = |l: &str| parse_frame(l.as_bytes()).map(|f| (f.module.to_string(), f.pc()));
         let want = Some(("/bin/prog".to_string(), 0x11ad));
         assert_eq!(
             f(
@@ -323,6 +371,20 @@ mod tests {
         assert_eq!(f("#1 pc 11ad /bin/prog"), None);
         assert_eq!(f("#01  pc 11ad  <unknown>"), None);
         assert_eq!(f("no frame # here"), None);
+    }
+
+    /// A pc's cache key does not depend on leading zeros; different pcs differ.
+    #[test]
+    fn one_key_per_pc() {
+        let frame = |l: &'static str| parse_frame(l.as_bytes()).unwrap();
+        let long = frame("#01  pc 00000000000011ad  /bin/prog");
+        let short = frame("#01  pc 11ad  /bin/prog");
+        assert_eq!((long.pc(), short.pc()), (0x11ad, 0x11ad));
+        assert_eq!(long.key(), short.key());
+        let other = frame("#01  pc 11ae  /bin/prog");
+        assert_ne!(other.key(), short.key());
+        assert_eq!(frame("#01  pc ffffffffffffffff  /x").pc(), u64::MAX);
+        assert!(parse_frame(b"#01  pc 1ffffffffffffffff  /x").is_none());
     }
 
     /// Counts the writes it is given.

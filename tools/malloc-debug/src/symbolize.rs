@@ -30,9 +30,10 @@ struct Segment {
 struct Symbol {
     addr: u64,
     size: u64,
-    /// As the symbol table spells it: demangled only for the frames printed (a module has
-    /// thousands of symbols and a report names a few hundred).
-    name: &'static str,
+    /// As the symbol table spells it, checked as UTF-8 and demangled only for the frames
+    /// printed (a module has thousands of symbols, cc1 29,000, and a report names a few
+    /// hundred).
+    name: &'static [u8],
 }
 
 struct Module {
@@ -126,9 +127,12 @@ impl Symbolizer {
     }
 
     /// The logical frames of `vaddr`, an address in `module`'s own address space (the `pc` of a
-    /// log's backtrace line), innermost first; `None` when the module cannot be read.
+    /// log's backtrace line), innermost first; `None` when the module cannot be read. A pc
+    /// without any source location comes back as one unnamed frame: a log line names its
+    /// symbol already, and demangling a name nobody prints was most of the time a report of a
+    /// C++ program without debug info took here.
     pub fn resolve_vaddr(&mut self, module: &str, vaddr: u64) -> Option<Vec<Resolved>> {
-        self.module(module).map(|m| m.lookup_vaddr(vaddr))
+        self.module(module).map(|m| m.lookup_vaddr(vaddr, false))
     }
 
     fn module(&mut self, name: &str) -> Option<Rc<Module>> {
@@ -279,7 +283,7 @@ fn load(path: &Path, symbols_dir: Option<&Path>) -> Option<Module> {
             Some(Symbol {
                 addr: s.address(),
                 size: s.size(),
-                name: s.name().ok()?,
+                name: s.name_bytes().ok()?,
             })
         })
         .collect();
@@ -355,11 +359,12 @@ impl Module {
     }
 
     fn lookup(&self, file_offset: u64) -> Option<Vec<Resolved>> {
-        Some(self.lookup_vaddr(self.vaddr(file_offset)?))
+        Some(self.lookup_vaddr(self.vaddr(file_offset)?, true))
     }
 
-    /// `vaddr` is a return address: the call is at vaddr - 1.
-    fn lookup_vaddr(&self, vaddr: u64) -> Vec<Resolved> {
+    /// `vaddr` is a return address: the call is at vaddr - 1. `unlocated`: name the function
+    /// from the symbol table even when no frame has a source location.
+    fn lookup_vaddr(&self, vaddr: u64, unlocated: bool) -> Vec<Resolved> {
         let probe = vaddr.saturating_sub(1);
         let symbol = self.symbol(probe);
         let mut out = Vec::new();
@@ -385,13 +390,17 @@ impl Module {
         if out.is_empty() {
             out.push(Resolved::default());
         }
+        if !unlocated && out.iter().all(|f| f.file.is_none()) {
+            return vec![Resolved::default()];
+        }
         // The outermost logical frame is the real function: the symbol table names it when DWARF
         // has no name.
         if let Some(last) = out.last_mut()
             && last.function.is_none()
         {
-            last.function =
-                symbol.map(|s| addr2line::demangle_auto(Cow::Borrowed(s.name), None).into_owned());
+            last.function = symbol
+                .and_then(|s| std::str::from_utf8(s.name).ok())
+                .map(|name| addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned());
         }
         out
     }
@@ -405,7 +414,11 @@ mod tests {
     /// address, the first listed among equal sizes, whatever order the sort leaves them in.
     #[test]
     fn one_symbol_per_address_largest_then_first_listed() {
-        let s = |addr, size, name| Symbol { addr, size, name };
+        let s = |addr, size, name: &'static str| Symbol {
+            addr,
+            size,
+            name: name.as_bytes(),
+        };
         let listed = vec![
             s(0x30, 8, "c"),
             s(0x10, 4, "small"),
@@ -416,7 +429,7 @@ mod tests {
         ];
         let got: Vec<(u64, &str)> = by_address(listed)
             .iter()
-            .map(|s| (s.addr, s.name))
+            .map(|s| (s.addr, std::str::from_utf8(s.name).unwrap()))
             .collect();
         assert_eq!(got, [(0x10, "first"), (0x20, "asm"), (0x30, "c")]);
     }
