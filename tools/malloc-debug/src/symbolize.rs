@@ -38,8 +38,14 @@ struct Symbol {
 
 struct Module {
     segments: Vec<Segment>,
-    /// Sorted by address.
-    symbols: Vec<Symbol>,
+    /// The module and its separate debug file, for the symbols.
+    file: object::File<'static>,
+    debug: Option<object::File<'static>>,
+    /// Sorted by address; read at the first lookup that needs a name from them. A log's frame
+    /// lines never do (they carry their symbol, and only a pc with a source location is
+    /// resolved), and reading and sorting libc's 10,000 or cc1's 29,000 was most of the time a
+    /// module took to load.
+    symbols: std::cell::OnceCell<Vec<Symbol>>,
     dwarf: Option<addr2line::Context<Reader>>,
 }
 
@@ -274,20 +280,6 @@ fn load(path: &Path, symbols_dir: Option<&Path>) -> Option<Module> {
             }
         })
         .collect();
-    let symbols: Vec<Symbol> = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .chain(debug.iter().flat_map(|d| d.symbols()))
-        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-        .filter_map(|s| {
-            Some(Symbol {
-                addr: s.address(),
-                size: s.size(),
-                name: s.name_bytes().ok()?,
-            })
-        })
-        .collect();
-    let symbols = by_address(symbols);
     let dwarf_file = debug.as_ref().unwrap_or(&file);
     let dwarf = if has_dwarf(dwarf_file) {
         let file = dwarf_file;
@@ -310,9 +302,32 @@ fn load(path: &Path, symbols_dir: Option<&Path>) -> Option<Module> {
     };
     Some(Module {
         segments,
-        symbols,
+        file,
+        debug,
+        symbols: std::cell::OnceCell::new(),
         dwarf,
     })
+}
+
+/// The text symbols of `file` and its debug file, one per address (`by_address`).
+fn text_symbols(
+    file: &object::File<'static>,
+    debug: Option<&object::File<'static>>,
+) -> Vec<Symbol> {
+    let symbols: Vec<Symbol> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .chain(debug.into_iter().flat_map(|d| d.symbols()))
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| {
+            Some(Symbol {
+                addr: s.address(),
+                size: s.size(),
+                name: s.name_bytes().ok()?,
+            })
+        })
+        .collect();
+    by_address(symbols)
 }
 
 /// One symbol per address, sorted: of the symbols at an address the largest names it, the first
@@ -352,8 +367,11 @@ impl Module {
     }
 
     fn symbol(&self, addr: u64) -> Option<&Symbol> {
-        let i = self.symbols.partition_point(|s| s.addr <= addr);
-        let s = self.symbols.get(i.checked_sub(1)?)?;
+        let symbols = self
+            .symbols
+            .get_or_init(|| text_symbols(&self.file, self.debug.as_ref()));
+        let i = symbols.partition_point(|s| s.addr <= addr);
+        let s = symbols.get(i.checked_sub(1)?)?;
         // Symbols without a size (hand-written assembly) own everything up to the next one.
         (s.size == 0 || addr < s.addr + s.size).then_some(s)
     }
@@ -366,7 +384,6 @@ impl Module {
     /// from the symbol table even when no frame has a source location.
     fn lookup_vaddr(&self, vaddr: u64, unlocated: bool) -> Vec<Resolved> {
         let probe = vaddr.saturating_sub(1);
-        let symbol = self.symbol(probe);
         let mut out = Vec::new();
         if let Some(ctx) = &self.dwarf
             && let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads()
@@ -398,7 +415,8 @@ impl Module {
         if let Some(last) = out.last_mut()
             && last.function.is_none()
         {
-            last.function = symbol
+            last.function = self
+                .symbol(probe)
                 .and_then(|s| std::str::from_utf8(s.name).ok())
                 .map(|name| addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned());
         }
