@@ -276,17 +276,16 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
         command.env("LIBC_DEBUG_MALLOC_PROGRAM", program);
     }
     command.env("LIBC_DEBUG_MALLOC_LIB", &lib);
-    let mut preload = front.clone().into_os_string();
+    let mut preload = front.into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");
         preload.push(old);
     }
-    let prefetch = prefetch_modules(&args.command[0], &front);
     command.env("LD_PRELOAD", preload);
     let gate = args.error_exitcode.zip(extras.marker.clone());
     let backtraces = bits.is_some_and(|b| b & options::BACKTRACE != 0);
     if backtraces && !args.no_symbolize {
-        let code = symbolized(command, &args, prefetch)?;
+        let code = symbolized(command, &args)?;
         return Ok(match gate {
             Some((n, marker)) if crate::run_gate::marked(&marker) => ExitCode::from(n),
             _ => code,
@@ -309,41 +308,6 @@ fn cannot_run(args: &Args, e: std::io::Error) -> crate::Error {
     err!("cannot run {}: {e}", args.command[0].to_string_lossy())
 }
 
-/// The modules nearly every backtrace of CMD's log names, as its frame lines will: the front
-/// (frame #00 of every allocation), the C library (the start of every thread) and CMD's
-/// executable, their real paths (the log's come from the kernel's maps). `run` has them read
-/// while CMD runs; a guess that proves wrong costs that thread's time, never output.
-fn prefetch_modules(cmd: &std::ffi::OsStr, front: &Path) -> Vec<String> {
-    let exe = if Path::new(cmd).components().count() > 1 {
-        Some(PathBuf::from(cmd))
-    } else {
-        std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join(cmd))
-                .find(|p| p.is_file())
-        })
-    };
-    // This process's C library is the one CMD loads unless CMD is built for another system.
-    let libc = std::fs::read_to_string("/proc/self/maps")
-        .ok()
-        .and_then(|maps| {
-            maps.lines()
-                .filter_map(|l| l.split_whitespace().nth(5))
-                .find(|p| {
-                    p.rsplit('/')
-                        .next()
-                        .is_some_and(|n| n.starts_with("libc.so"))
-                })
-                .map(PathBuf::from)
-        });
-    [Some(front.to_path_buf()), libc, exe]
-        .into_iter()
-        .flatten()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .filter_map(|p| p.into_os_string().into_string().ok())
-        .collect()
-}
-
 /// The child, for the forwarding signal handler (0 before it exists).
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
@@ -358,7 +322,7 @@ extern "C" fn forward(sig: libc::c_int) {
 /// Runs the command with its stderr piped through the log symbolizer, and ends the way the
 /// command ended. The CLI outlives the command so that no log line is lost: it ignores the
 /// terminal's SIGINT/SIGQUIT (the command gets them too) and forwards SIGTERM/SIGHUP.
-fn symbolized(mut command: Command, args: &Args, prefetch: Vec<String>) -> Result<ExitCode> {
+fn symbolized(mut command: Command, args: &Args) -> Result<ExitCode> {
     command.stderr(Stdio::piped());
     let mut child = match command.spawn() {
         Ok(c) => c,
@@ -377,7 +341,6 @@ fn symbolized(mut command: Command, args: &Args, prefetch: Vec<String>) -> Resul
     }
     if let Some(mut pipe) = child.stderr.take() {
         let mut sym = LogSymbolizer::new(args.symbols.clone());
-        sym.prefetch(prefetch);
         logsym::filter(&mut pipe, &mut std::io::stderr().lock(), &mut sym);
     }
     let status = child

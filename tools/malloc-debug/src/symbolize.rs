@@ -71,9 +71,6 @@ pub struct Symbolizer {
     symbols_dir: Option<PathBuf>,
     modules: HashMap<String, Option<Rc<Module>>>,
     pub missing: Vec<String>,
-    /// Modules being loaded on another thread ([`Symbolizer::prefetch`]), taken in at the first
-    /// lookup.
-    prefetched: Option<std::thread::JoinHandle<Vec<(String, Module)>>>,
 }
 
 impl Symbolizer {
@@ -82,32 +79,7 @@ impl Symbolizer {
             symbols_dir,
             modules: HashMap::new(),
             missing: Vec::new(),
-            prefetched: None,
         }
-    }
-
-    /// Starts loading `names` (module paths as frames name them) on another thread. `run`
-    /// calls it as soon as the program has started: reading a module's symbol table and
-    /// DWARF index then overlaps the program's run instead of delaying its exit report. A
-    /// module that fails to load here is tried again (and counted missing) when a frame needs it.
-    pub fn prefetch(&mut self, names: Vec<String>) {
-        let dir = self.symbols_dir.clone();
-        let names: Vec<String> = names
-            .into_iter()
-            .filter(|n| !self.modules.contains_key(n))
-            .collect();
-        self.prefetched = std::thread::Builder::new()
-            .name("prefetch".into())
-            .spawn(move || {
-                names
-                    .into_iter()
-                    .filter_map(|n| {
-                        let m = load_named(&n, dir.as_deref())?;
-                        Some((n, m))
-                    })
-                    .collect()
-            })
-            .ok();
     }
 
     /// `pc` is a return address (every frame of a dump is): the call instruction is at pc - 1.
@@ -147,14 +119,6 @@ impl Symbolizer {
         }
         if let Some(m) = self.modules.get(name) {
             return m.clone();
-        }
-        if let Some(thread) = self.prefetched.take() {
-            for (n, m) in thread.join().unwrap_or_default() {
-                self.modules.entry(n).or_insert(Some(Rc::new(m)));
-            }
-            if let Some(m) = self.modules.get(name) {
-                return m.clone();
-            }
         }
         let loaded = load_named(name, self.symbols_dir.as_deref()).map(Rc::new);
         if loaded.is_none() {
