@@ -447,7 +447,7 @@ mod tests {
                 .map(|i| {
                     let r = (x >> (i % 60)) as usize;
                     // Mostly path bytes, now and then anything from the alphabet.
-                    if r % 7 == 0 {
+                    if r.is_multiple_of(7) {
                         alphabet[r / 7 % alphabet.len()]
                     } else {
                         b'a' + (r % 26) as u8
