@@ -9,6 +9,11 @@
 //!
 //! `run` streams the program's stderr through [`filter`]; `symbolize` reads a saved log or
 //! `adb logcat` text, whatever the logcat layout, since frames are found anywhere in a line.
+//!
+//! Cost: an exit report is tens of thousands of frame lines naming a few hundred pcs, so each
+//! (module, pc) is resolved once and every other line is only parsed (as bytes), looked up and
+//! copied; a pc without a source location gets nothing appended and is never named or demangled
+//! (docs/performance.md, "Short programs, 2026-11-26 third session").
 
 use std::collections::HashMap;
 use std::ffi::OsString;
