@@ -114,16 +114,31 @@ impl Key {
     }
 }
 
-/// Two rounds of multiplicative hashing. One round (Fibonacci hashing) spreads small strides
-/// perfectly but folds strides of 64 KiB and more (mmapped blocks) onto a few buckets, since a
-/// product's high bits only depend on the bits below them; folding the first product's high
-/// half down and multiplying again makes every stride look random. The top `SHARD_BITS` pick
-/// the shard, the bits below them the home bucket in the shard.
+/// A key's hash: the shard (top `SHARD_BITS`) and the base of its home bucket come from the
+/// 2 KiB chunk of address space the block is in, the low `CHUNK_SLOT_BITS` from where in the
+/// chunk it is (one step per 32 bytes, the smallest spacing of two heap blocks in glibc and
+/// bionic; `Table::home` adds them to the base). Blocks allocated one after another are
+/// neighbours in memory, so their entries land in neighbouring buckets, whose cache lines a
+/// run of inserts (or of removals) then finds warm or prefetched: with one random bucket per
+/// block, a program that reaches 20,000 blocks in a few milliseconds spent a sixth of its time
+/// waiting for the table's cache lines. No bucket gets more than one block of a chunk.
+///
+/// The chunk is hashed by two rounds of multiplicative hashing. One round (Fibonacci hashing)
+/// spreads small strides perfectly but folds strides of 64 KiB and more (mmapped blocks) onto a
+/// few buckets, since a product's high bits only depend on the bits below them; folding the
+/// first product's high half down and multiplying again makes every stride look random.
 fn hash(key: usize) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let x = (key as u64).wrapping_mul(K);
-    (x ^ (x >> 32)).wrapping_mul(K)
+    let x = ((key >> CHUNK_SHIFT) as u64).wrapping_mul(K);
+    let chunk = (x ^ (x >> 32)).wrapping_mul(K);
+    (chunk & !CHUNK_SLOT_MASK) | ((key >> SLOT_SHIFT) as u64 & CHUNK_SLOT_MASK)
 }
+
+/// 32-byte steps inside a chunk.
+const SLOT_SHIFT: u32 = 5;
+/// 2 KiB chunks: 64 steps, so a chunk's blocks spread over up to 64 buckets.
+const CHUNK_SHIFT: u32 = 11;
+const CHUNK_SLOT_MASK: u64 = (1 << (CHUNK_SHIFT - SLOT_SHIFT)) - 1;
 
 /// Says when tables that threads may still be reading can be unmapped: `observe` ORs into
 /// `seen` one bit for each place where no reader is inside now, and returns true once every

@@ -59,7 +59,9 @@ pub(super) enum Attempt<T> {
 
 impl Table {
     pub(super) fn map(bucket_count: usize) -> Option<NonNull<Table>> {
-        let mem = pages::map(mapping_bytes(bucket_count)?)?.cast::<Table>();
+        // Growth fills the new table with the old one's entries straight away, spread over
+        // all of it by the hash.
+        let mem = pages::map_filled(mapping_bytes(bucket_count)?)?.cast::<Table>();
         // SAFETY: fresh zeroed mapping, large enough for the header; nobody else sees it yet.
         unsafe {
             mem.as_ptr().write(Table {
@@ -102,8 +104,11 @@ impl Table {
         }
     }
 
+    /// The chunk's base bucket (the hash's bits below the shard's) plus the block's step in
+    /// its chunk (the low bits): see `hash` in live_table.rs.
     pub(super) fn home(&self, h: u64) -> usize {
-        ((h << SHARD_BITS) >> self.index_shift) as usize
+        let base = ((h << SHARD_BITS) >> self.index_shift) as usize;
+        (base + (h & super::CHUNK_SLOT_MASK) as usize) & (self.bucket_count - 1)
     }
 
     pub(super) fn capacity(&self) -> usize {

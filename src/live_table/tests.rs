@@ -260,3 +260,39 @@ fn two_threads_without_growth() {
         th.join().unwrap();
     }
 }
+
+/// Blocks next to each other in memory (32 bytes apart and more) get neighbouring home
+/// buckets in one shard, so that a run of allocations touches neighbouring cache lines of the
+/// table (`hash`): a chunk's blocks share the hash's high bits and differ in its low bits, one
+/// step per 32 bytes.
+#[test]
+fn neighbouring_blocks_get_neighbouring_buckets() {
+    let t = table();
+    let chunk = 0x5555_0000_0800usize;
+    for step in [32usize, 48, 64] {
+        let keys: Vec<usize> = (0..2048 / step)
+            .map(|i| Key::of(chunk + i * step).0)
+            .collect();
+        let bases: Vec<u64> = keys.iter().map(|&k| hash(k) & !CHUNK_SLOT_MASK).collect();
+        assert!(
+            bases.iter().all(|&b| b == bases[0]),
+            "step {step}: {bases:?}"
+        );
+        let steps: Vec<u64> = keys.iter().map(|&k| hash(k) & CHUNK_SLOT_MASK).collect();
+        let mut distinct = steps.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), steps.len(), "step {step}: {steps:?}");
+        // In a table: each block's home is at most a block's steps from the previous one's.
+        t.add(chunk, info(1));
+        let s = t.shard(hash(keys[0]));
+        // SAFETY: single-threaded; the shard has a table since the add above.
+        let table = unsafe { s.table.load(Ordering::SeqCst).as_ref() }.unwrap();
+        let homes: Vec<usize> = keys.iter().map(|&k| table.home(hash(k))).collect();
+        for w in homes.windows(2) {
+            let gap = (w[0] + table.bucket_count - w[1]) % table.bucket_count;
+            assert!(gap <= step / 32 + 1, "step {step}: {homes:?}");
+        }
+        assert!(t.remove(chunk).is_some());
+    }
+}

@@ -9,8 +9,15 @@
 //!
 //! `run` streams the program's stderr through [`filter`]; `symbolize` reads a saved log or
 //! `adb logcat` text, whatever the logcat layout, since frames are found anywhere in a line.
+//!
+//! Cost: an exit report is tens of thousands of frame lines naming a few hundred pcs, so each
+//! (module, pc) is resolved once and every other line is only parsed (as bytes), looked up and
+//! copied; a pc without a source location gets nothing appended and is never named or demangled
+//! (docs/performance.md, "Short programs, 2026-11-26 third session").
 
+use std::collections::HashMap;
 use std::ffi::OsString;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{BufRead, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -24,39 +31,134 @@ use crate::{Result, err};
 #[derive(Debug, PartialEq, Eq)]
 struct Frame<'a> {
     module: &'a str,
-    pc: u64,
+    /// The pc's hex digits (1 to 16).
+    hex: &'a [u8],
+}
+
+impl Frame<'_> {
+    fn pc(&self) -> u64 {
+        self.hex.iter().fold(0, |pc, &c| {
+            // An ASCII hex digit: its low four bits, plus 9 for letters.
+            (pc << 4) | u64::from((c & 0xf) + if c > b'9' { 9 } else { 0 })
+        })
+    }
+
+    /// The digits right-aligned in sixteen zeros, as one number: the same for every spelling
+    /// of one pc with or without leading zeros, and taken in a few instructions where
+    /// converting them is a few per digit.
+    fn key(&self) -> u128 {
+        let mut digits = [b'0'; 16];
+        digits[16 - self.hex.len()..].copy_from_slice(self.hex);
+        u128::from_ne_bytes(digits)
+    }
 }
 
 /// Finds `#NN  pc HEX  [(offset 0x..) ]MODULE[ ...]` anywhere in the line. Frames of a library
 /// inside an APK (`MODULE (offset 0x..)` in the fast format) are not ELF files of their own and
-/// are left alone, as are `<unknown>`/`<anonymous:...>` pseudo modules.
-fn parse_frame(line: &str) -> Option<Frame<'_>> {
-    let mut rest = line;
+/// are left alone, as are `<unknown>`/`<anonymous:...>` pseudo modules. Works on bytes with
+/// ASCII blanks (every line of a report passes here): a module is cut at the first one.
+fn parse_frame(line: &[u8]) -> Option<Frame<'_>> {
+    let b = line;
+    let blanks = |mut i: usize| {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let mut from = 0;
     loop {
-        let at = rest.find('#')?;
-        rest = &rest[at + 1..];
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits < 2 {
+        let at = from + find_byte(b'#', &b[from..])?;
+        from = at + 1;
+        let mut i = from;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i - from < 2 {
             continue;
         }
-        let Some(after) = rest[digits..].trim_start().strip_prefix("pc ") else {
+        let pc_at = blanks(i);
+        if !b[pc_at..].starts_with(b"pc ") {
             continue;
-        };
-        let after = after.trim_start();
-        let hex = after.bytes().take_while(u8::is_ascii_hexdigit).count();
-        let Ok(pc) = u64::from_str_radix(&after[..hex], 16) else {
-            continue;
-        };
-        let mut tail = after[hex..].trim_start();
-        if tail.starts_with("(offset 0x") {
-            tail = tail.split_once(") ")?.1;
         }
-        let module = tail.split_whitespace().next()?;
-        if !module.starts_with('/') || tail[module.len()..].trim_start().starts_with("(offset") {
+        let hex_at = blanks(pc_at + 3);
+        let mut i = hex_at;
+        while i < b.len() && HEX_DIGIT[usize::from(b[i])] {
+            i += 1;
+        }
+        if i == hex_at || i - hex_at > 16 {
+            continue;
+        }
+        let mut tail = blanks(i);
+        if b[tail..].starts_with(b"(offset 0x") {
+            tail += b[tail..].windows(2).position(|w| w == b") ")? + 2;
+        }
+        if b.get(tail) != Some(&b'/') {
             return None;
         }
-        return Some(Frame { module, pc });
+        let end = tail + blank_at(&b[tail..]);
+        if b[blanks(end)..].starts_with(b"(offset") {
+            return None;
+        }
+        // A module that is not UTF-8 is no file this program can name (the line itself need
+        // not be: only the module is checked).
+        let module = &line[tail..end];
+        let module = if module.is_ascii() {
+            // SAFETY: ASCII is UTF-8 (the check is a few words at a time; from_utf8 is a call
+            // per byte run and most of the cost of a line).
+            unsafe { std::str::from_utf8_unchecked(module) }
+        } else {
+            std::str::from_utf8(module).ok()?
+        };
+        return Some(Frame {
+            module,
+            hex: &b[hex_at..i],
+        });
     }
+}
+
+/// Which bytes are ASCII hex digits (a table: the per-digit test of a 16-digit pc was a fifth of
+/// the cost of parsing a frame line).
+const HEX_DIGIT: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        t[c] = (c as u8).is_ascii_hexdigit();
+        c += 1;
+    }
+    t
+};
+
+/// Where the first ASCII blank (space, tab, CR, LF, FF) of `s` is, or its length. Eight bytes
+/// at a time: every blank is below 0x21, so a word with no byte below 0x21 holds none (module
+/// paths are tens of bytes long, and this scan was a third of the cost of a frame line).
+fn blank_at(s: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut i = 0;
+    while i + 8 <= s.len() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&s[i..i + 8]);
+        let w = u64::from_le_bytes(word);
+        // Bit 7 of a byte is set where that byte is below 0x21, and possibly above one that is
+        // (a borrow): the first such byte is exact.
+        if w.wrapping_sub(ONES * 0x21) & !w & HIGHS == 0 {
+            i += 8;
+            continue;
+        }
+        break;
+    }
+    i + s[i..]
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .unwrap_or(s.len() - i)
+}
+
+/// The first `byte` in `hay` (libc's memchr: vectorized, where a byte loop is most of the
+/// time of a line that is not a frame).
+fn find_byte(byte: u8, hay: &[u8]) -> Option<usize> {
+    // SAFETY: memchr reads at most hay.len() bytes from hay's start.
+    let at = unsafe { libc::memchr(hay.as_ptr().cast(), i32::from(byte), hay.len()) };
+    (!at.is_null()).then(|| at as usize - hay.as_ptr() as usize)
 }
 
 /// The text appended to a frame line, or `None` when no source file is known.
@@ -78,15 +180,69 @@ fn suffix(frames: &[Resolved]) -> Option<String> {
     Some(format!("  {}", parts.join(", inlined into ")))
 }
 
+/// The text added to each frame line of one module, by pc (`None`: nothing known).
+type Suffixes = HashMap<u128, Option<Box<str>>, BuildHasherDefault<KeyHasher>>;
+
+/// Hashes a [`Frame::key`] with one multiplication: the keys are this program's own, never
+/// chosen to collide, and SipHash was a tenth of the time of a report's line.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u128(&mut self, v: u128) {
+        self.0 = ((v as u64) ^ (v >> 64) as u64 ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        // hashbrown takes its control bits from the top and its index from the bottom.
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
 pub struct LogSymbolizer {
     symbolizer: Symbolizer,
+    /// The text added to each frame already seen, by module then pc: an exit report repeats a
+    /// few hundred distinct frames thousands of times (perl's: 14,636 frame lines, 271 pcs).
+    seen: Vec<(String, Suffixes)>,
 }
 
 impl LogSymbolizer {
     pub fn new(symbols: Option<PathBuf>) -> LogSymbolizer {
         LogSymbolizer {
             symbolizer: Symbolizer::new(symbols),
+            seen: Vec::new(),
         }
+    }
+
+    /// The text appended to the frame line of `pc` in `module`, resolved once per frame.
+    fn added(&mut self, frame: &Frame<'_>) -> Option<&str> {
+        let module = frame.module;
+        // A log names a handful of modules: a scan compares a few short strings, cheaper than
+        // hashing a path per line.
+        let i = match self.seen.iter().position(|(m, _)| m == module) {
+            Some(i) => i,
+            None => {
+                self.seen.push((module.to_string(), Suffixes::default()));
+                self.seen.len() - 1
+            }
+        };
+        let symbolizer = &mut self.symbolizer;
+        self.seen[i]
+            .1
+            .entry(frame.key())
+            .or_insert_with(|| {
+                symbolizer
+                    .resolve_vaddr(module, frame.pc())
+                    .and_then(|frames| suffix(&frames))
+                    .map(String::into_boxed_str)
+            })
+            .as_deref()
     }
 
     /// Writes `line` (with or without its newline) with the frame's location added.
@@ -95,11 +251,10 @@ impl LogSymbolizer {
             Some(b) => (b, &b"\n"[..]),
             None => (line, &b""[..]),
         };
-        let text = String::from_utf8_lossy(body);
-        let added = parse_frame(&text).and_then(|f| {
-            let frames = self.symbolizer.resolve_vaddr(f.module, f.pc)?;
-            suffix(&frames)
-        });
+        let added = match parse_frame(body) {
+            Some(f) => self.added(&f),
+            None => None,
+        };
         match added {
             Some(s) => {
                 // One write for the whole line: on a shared terminal or pipe, the program's own
@@ -126,6 +281,7 @@ const PARTIAL_LINE_WAIT_MS: i32 = 50;
 pub fn filter(input: &mut (impl Read + AsRawFd), out: &mut impl Write, sym: &mut LogSymbolizer) {
     let mut pending: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
+    let mut lines = Vec::with_capacity(80 * 1024);
     loop {
         if !pending.is_empty() && !readable(input.as_raw_fd(), PARTIAL_LINE_WAIT_MS) {
             let _ = out.write_all(&pending);
@@ -138,15 +294,25 @@ pub fn filter(input: &mut (impl Read + AsRawFd), out: &mut impl Write, sym: &mut
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        pending.extend_from_slice(&buf[..n]);
-        // The chunk's complete lines go out in one write (stderr is unbuffered).
-        let mut lines = Vec::with_capacity(n + 256);
+        let chunk = &buf[..n];
+        // The chunk's complete lines go out in one write (stderr is unbuffered). Lines are
+        // read where they lie in the chunk; only a line split between chunks is copied.
+        lines.clear();
         let mut start = 0;
-        while let Some(nl) = pending[start..].iter().position(|&b| b == b'\n') {
-            let _ = sym.write_line(&pending[start..start + nl + 1], &mut lines);
+        if !pending.is_empty() {
+            let end = find_byte(b'\n', chunk).map_or(n, |nl| nl + 1);
+            pending.extend_from_slice(&chunk[..end]);
+            start = end;
+            if pending.ends_with(b"\n") {
+                let _ = sym.write_line(&pending, &mut lines);
+                pending.clear();
+            }
+        }
+        while let Some(nl) = find_byte(b'\n', &chunk[start..]) {
+            let _ = sym.write_line(&chunk[start..start + nl + 1], &mut lines);
             start += nl + 1;
         }
-        pending.drain(..start);
+        pending.extend_from_slice(&chunk[start..]);
         let _ = out.write_all(&lines);
         let _ = out.flush();
     }
@@ -228,7 +394,7 @@ mod tests {
 
     #[test]
     fn frames_in_both_formats_and_any_logcat_layout() {
-        let f = |l| parse_frame(l).map(|f| (f.module.to_string(), f.pc));
+        let f = |l: &str| parse_frame(l.as_bytes()).map(|f| (f.module.to_string(), f.pc()));
         let want = Some(("/bin/prog".to_string(), 0x11ad));
         assert_eq!(
             f(
@@ -248,6 +414,53 @@ mod tests {
         assert_eq!(f("#1 pc 11ad /bin/prog"), None);
         assert_eq!(f("#01  pc 11ad  <unknown>"), None);
         assert_eq!(f("no frame # here"), None);
+    }
+
+    /// A pc's cache key does not depend on leading zeros; different pcs differ.
+    #[test]
+    fn one_key_per_pc() {
+        let frame = |l: &'static str| parse_frame(l.as_bytes()).unwrap();
+        let long = frame("#01  pc 00000000000011ad  /bin/prog");
+        let short = frame("#01  pc 11ad  /bin/prog");
+        assert_eq!((long.pc(), short.pc()), (0x11ad, 0x11ad));
+        assert_eq!(long.key(), short.key());
+        let other = frame("#01  pc 11ae  /bin/prog");
+        assert_ne!(other.key(), short.key());
+        assert_eq!(frame("#01  pc ffffffffffffffff  /x").pc(), u64::MAX);
+        assert!(parse_frame(b"#01  pc 1ffffffffffffffff  /x").is_none());
+    }
+
+    /// The word-at-a-time scan finds the first blank wherever it is, past control characters
+    /// and bytes above 0x7f that are not blanks.
+    #[test]
+    fn blank_at_finds_the_first_blank() {
+        let naive = |s: &[u8]| {
+            s.iter()
+                .position(u8::is_ascii_whitespace)
+                .unwrap_or(s.len())
+        };
+        let alphabet = [
+            b'a', b'/', b' ', b'\t', b'\r', 0x01, 0x0b, 0x20, 0x21, 0x80, 0xff, b'0',
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 40) as usize;
+            let s: Vec<u8> = (0..len)
+                .map(|i| {
+                    let r = (x >> (i % 60)) as usize;
+                    // Mostly path bytes, now and then anything from the alphabet.
+                    if r.is_multiple_of(7) {
+                        alphabet[r / 7 % alphabet.len()]
+                    } else {
+                        b'a' + (r % 26) as u8
+                    }
+                })
+                .collect();
+            assert_eq!(blank_at(&s), naive(&s), "{s:?}");
+        }
     }
 
     /// Counts the writes it is given.
