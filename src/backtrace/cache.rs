@@ -53,6 +53,13 @@ fn home(key: usize) -> usize {
     (key ^ (key >> 12)) & (SLOTS - 1)
 }
 
+/// The `i`th slot a key of home slot `h` may occupy: the home slot's aligned group of
+/// `PROBES`, its cache-line buddy (32-byte slots) first.
+#[inline(always)]
+fn probe(h: usize, i: usize) -> usize {
+    h ^ i
+}
+
 /// Starts a seqlock write (the slots here and the memos of memo.rs): makes the sequence odd.
 /// `None` when another writer holds it: the caller skips its write, which is only a cache fill.
 pub(super) fn begin_write(seq: &AtomicU32) -> Option<u32> {
@@ -91,14 +98,18 @@ impl RuleCache {
     /// never unloaded).
     pub fn get_tagged(&self, key: usize, generation: u32) -> Option<(Packed, bool)> {
         let h = home(key);
-        (0..PROBES).find_map(|i| self.read(h + i, key, generation))
+        (0..PROBES).find_map(|i| self.read(probe(h, i), key, generation))
     }
 
-    /// Hot-loop lookup: the home slot only, in registers. Other probes and misses go through
-    /// [`get_tagged`](Self::get_tagged) / the slow path.
+    /// Hot-loop lookup: the home slot and its buddy in the same cache line, in registers.
+    /// Further probes and misses go through [`get_tagged`](Self::get_tagged) / the slow path.
+    /// Two hot return addresses that share a home slot are common (node's start-up: 364,000 of
+    /// 452,000 walks met one), and the second must not leave the inline path.
     #[inline(always)]
     pub fn get_home(&self, key: usize, generation: u32) -> Option<(Packed, bool)> {
-        self.read(home(key), key, generation)
+        let h = home(key);
+        self.read(h, key, generation)
+            .or_else(|| self.read(probe(h, 1), key, generation))
     }
 
     /// The slot's words if it holds `key` under `generation` and no writer interfered, and
@@ -130,7 +141,7 @@ impl RuleCache {
         let h = home(key);
         let mut target = h;
         for i in 0..PROBES {
-            let idx = (h + i) & (SLOTS - 1);
+            let idx = probe(h, i) & (SLOTS - 1);
             let slot = &self.slots[idx];
             let k = slot.key.load(Ordering::Relaxed);
             let g = slot.generation.load(Ordering::Relaxed);
