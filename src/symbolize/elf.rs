@@ -247,7 +247,7 @@ fn build_symtab(elf: &[u8], sh: usize) -> Option<Index> {
     let symbols = section_bytes(elf, sh)?;
     let strtab_sh = section_header(elf, u32_at(elf, sh + SH_LINK)? as usize)?;
     let strtab = section_range(elf, strtab_sh)?;
-    build(symbols, strtab, elf, Pick::First, 0, |sym, _| {
+    build(symbols, strtab, elf, Pick::First, 0, true, |sym, _| {
         let kind = sym[ST_INFO] & 0xf;
         let size = word_at(sym, ST_SIZE)?;
         if (kind != STT_FUNC && kind != STT_GNU_IFUNC) || u16_at(sym, ST_SHNDX)? == SHN_UNDEF {
@@ -255,11 +255,6 @@ fn build_symtab(elf: &[u8], sh: usize) -> Option<Index> {
         }
         let value = word_at(sym, ST_VALUE)?;
         Some((value, value.checked_add(size)?))
-    })
-    .map(|mut index| {
-        // Empty names never win: drop them (an out-of-bounds name stays and ends the search).
-        drop_empty_names(&mut index, elf);
-        index
     })
 }
 
@@ -290,54 +285,65 @@ fn build_dynsym(elf: &[u8], sh: usize) -> Option<Index> {
     let pick = Pick::Closest;
     #[cfg(target_os = "android")]
     let pick = Pick::First;
-    build(symbols, strtab, elf, pick, first, |sym, strtab_len| {
-        let info = sym[ST_INFO];
-        let shndx = u16_at(sym, ST_SHNDX)?;
-        let value = word_at(sym, ST_VALUE)?;
-        let size = word_at(sym, ST_SIZE)?;
-        if info & 0xf == STT_TLS {
-            return None;
-        }
-        #[cfg(target_os = "android")]
-        {
-            // bionic's soinfo::find_symbol_by_address: defined, and containing the address.
-            let _ = strtab_len;
-            (shndx != SHN_UNDEF && size != 0).then_some((value, value.checked_add(size)?))
-        }
-        #[cfg(not(target_os = "android"))]
-        {
-            // glibc's _dl_addr (elf/dl-addr.c): the SysV walk takes global and weak symbols
-            // only; an undefined or zero-size symbol matches its own address only.
-            let binding = info >> 4;
-            if !any_binding && binding != STB_GLOBAL && binding != STB_WEAK {
+    build(
+        symbols,
+        strtab,
+        elf,
+        pick,
+        first,
+        false,
+        |sym, strtab_len| {
+            let info = sym[ST_INFO];
+            let shndx = u16_at(sym, ST_SHNDX)?;
+            let value = word_at(sym, ST_VALUE)?;
+            let size = word_at(sym, ST_SIZE)?;
+            if info & 0xf == STT_TLS {
                 return None;
             }
-            if (shndx == SHN_UNDEF && value == 0)
-                || shndx == SHN_ABS
-                || u32_at(sym, ST_NAME)? as usize >= strtab_len
+            #[cfg(target_os = "android")]
             {
-                return None;
+                // bionic's soinfo::find_symbol_by_address: defined, and containing the address.
+                let _ = strtab_len;
+                (shndx != SHN_UNDEF && size != 0).then_some((value, value.checked_add(size)?))
             }
-            let end = if shndx == SHN_UNDEF || size == 0 {
-                value.checked_add(1)?
-            } else {
-                value.checked_add(size)?
-            };
-            Some((value, end))
-        }
-    })
+            #[cfg(not(target_os = "android"))]
+            {
+                // glibc's _dl_addr (elf/dl-addr.c): the SysV walk takes global and weak symbols
+                // only; an undefined or zero-size symbol matches its own address only.
+                let binding = info >> 4;
+                if !any_binding && binding != STB_GLOBAL && binding != STB_WEAK {
+                    return None;
+                }
+                if (shndx == SHN_UNDEF && value == 0)
+                    || shndx == SHN_ABS
+                    || u32_at(sym, ST_NAME)? as usize >= strtab_len
+                {
+                    return None;
+                }
+                let end = if shndx == SHN_UNDEF || size == 0 {
+                    value.checked_add(1)?
+                } else {
+                    value.checked_add(size)?
+                };
+                Some((value, end))
+            }
+        },
+    )
 }
 
 /// Builds a sorted index of the symbols `range` accepts (it returns [start, end)).
+/// `skip_empty_names`: leave out symbols whose name is the empty string (`.symtab`: they never
+/// win; a name out of bounds stays, and ends the search).
 fn build(
     symbols: &[u8],
     strtab: (usize, usize),
     elf: &[u8],
     pick: Pick,
     first_order: usize,
+    skip_empty_names: bool,
     range: impl Fn(&[u8], usize) -> Option<(u64, u64)>,
 ) -> Option<Index> {
-    let _ = elf;
+    let names = elf.get(strtab.0..strtab.0 + strtab.1);
     let mut entries = PageVec::<Entry>::new();
     for (i, sym) in symbols.chunks_exact(SYM_SIZE).enumerate() {
         let Some((start, end)) = range(sym, strtab.1) else {
@@ -352,6 +358,12 @@ fn build(
         } else {
             u32::MAX
         };
+        if skip_empty_names
+            && name != u32::MAX
+            && names.and_then(|n| n.get(name as usize)) == Some(&0)
+        {
+            continue;
+        }
         entries.push(Entry {
             start,
             end,
@@ -360,8 +372,8 @@ fn build(
             name,
         })?;
     }
+    sort_by_start_then_order(&mut entries)?;
     let v = entries.as_mut_slice();
-    v.sort_unstable_by_key(|e| (e.start, e.order));
     let mut max_end = 0;
     for e in v.iter_mut() {
         max_end = max_end.max(e.end);
@@ -374,32 +386,30 @@ fn build(
     })
 }
 
-/// Removes entries whose name is empty (the `.symtab` reader skips them), keeping `max_end`.
-fn drop_empty_names(index: &mut Index, elf: &[u8]) {
-    let (off, len) = index.strtab;
-    let Some(strtab) = elf.get(off..off + len) else {
-        return;
-    };
-    let v = index.entries.as_mut_slice();
-    let mut kept = 0;
-    for i in 0..v.len() {
-        let e = v[i];
-        if e.name != u32::MAX && strtab.get(e.name as usize) == Some(&0) {
-            continue;
-        }
-        v[kept] = e;
-        kept += 1;
+/// Sorts by (start, order). Through packed 8-byte keys when they fit (starts below 2^40, fewer
+/// than 2^24 entries): moving keys instead of 32-byte entries made the sort of a large binary's
+/// `.symtab` (node: 185,000 symbols, at every exit report) three times cheaper. The order of
+/// equal starts is `order`, which grows with the position, so the position breaks ties.
+fn sort_by_start_then_order(entries: &mut PageVec<Entry>) -> Option<()> {
+    const POSITION_BITS: u32 = 24;
+    let v = entries.as_mut_slice();
+    let fits = v.len() < 1 << POSITION_BITS && v.iter().all(|e| e.start >> 40 == 0);
+    if !fits {
+        v.sort_unstable_by_key(|e| (e.start, e.order));
+        return Some(());
     }
-    let mut max_end = 0;
-    for e in v[..kept].iter_mut() {
-        max_end = max_end.max(e.end);
-        e.max_end = max_end;
+    let mut keys = PageVec::<u64>::zeroed(v.len())?;
+    for (k, (i, e)) in keys.as_mut_slice().iter_mut().zip(v.iter().enumerate()) {
+        *k = (e.start << POSITION_BITS) | i as u64;
     }
-    // Only the first `kept` entries are searched: shrink by rebuilding the length.
-    let mut shrunk = PageVec::<Entry>::new();
-    if shrunk.extend(&v[..kept]).is_some() {
-        index.entries = shrunk;
+    keys.as_mut_slice().sort_unstable();
+    let mut sorted = PageVec::<Entry>::new();
+    sorted.reserve(v.len())?;
+    for &k in keys.as_slice() {
+        sorted.push(v[(k & ((1 << POSITION_BITS) - 1)) as usize])?;
     }
+    *entries = sorted;
+    Some(())
 }
 
 fn map_file(path: &[u8]) -> Option<(*const u8, usize)> {
