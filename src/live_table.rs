@@ -67,7 +67,7 @@ const MAX_LOAD_DEN: usize = 8;
 /// While another thread holds the grow lock (a whole-table pass), inserts go on without growing
 /// up to this fill; past it they wait for the lock.
 const HARD_LOAD_NUM: usize = 7;
-/// Retired tables a shard keeps before it stops growing (each doubling retires one).
+/// Retired tables a shard keeps before it stops growing (each growth retires one).
 const RETIRED_MAX: usize = 48;
 
 /// What the table remembers of one live allocation.
@@ -327,8 +327,9 @@ impl LiveTable {
         }
     }
 
-    /// Replaces `seen` with a table twice its size (or the first one). `wait`: take the grow
-    /// lock even if another thread holds it; otherwise give up at once. True when the shard's
+    /// Replaces `seen` with a table four or two times its size (`FAST_GROWTH_BELOW`), or the
+    /// first one. `wait`: take the grow lock even if another thread holds it; otherwise give up
+    /// at once. True when the shard's
     /// table is no longer `seen` afterwards (grown by us or by someone else).
     #[cold]
     #[inline(never)]
