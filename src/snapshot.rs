@@ -67,7 +67,7 @@ impl Snapshot {
         // Marked and with the backtrace signal blocked while the grow locks are held.
         let _slow = crate::sync::DisabledScope::enter();
         let table = LIVE_TABLE.lock_all();
-        Self::copy(pin, table.len(), |f| table.for_each(f))
+        Self::copy(pin, table.approximate_len(), |f| table.for_each(f))
     }
 
     /// As `take_unsorted`, for a caller that holds the gate closed (malloc_disable): nothing
