@@ -175,11 +175,10 @@ struct Shard {
 
 /// A shard's entry count, for the growth decision (and the sizing of whole-table copies) only.
 /// Updated with a plain load and store, not an atomic add: every thread touches every shard, and
-/// an atomic add on a line the other core just wrote stalls until the line comes over; with two
-/// allocating threads those adds doubled the CPU time of leak_track on alloc_mix (0.48 s → 0.27
-/// s for 4M calls on two threads, the same work as one thread's 0.39 s). Two threads updating
-/// the same shard at once may lose an update, so the count drifts a little; each growth sets it
-/// to the exact number it copied. Its own cache line, so that its stores do not take away the
+/// an atomic add on a line the other core just wrote stalls until the line comes over (alloc_mix
+/// on two threads, leak_track, 4M calls: 0.49 s with the adds, 0.44 s without; docs/
+/// performance.md). Two threads updating the same shard at once may lose an update, so the
+/// count drifts a little; each growth sets it to the exact number it copied. Its own cache line, so that its stores do not take away the
 /// line of `table`, which every call reads.
 #[repr(align(64))]
 struct Count(AtomicUsize);
@@ -363,8 +362,8 @@ impl LiveTable {
 
     /// Replaces `seen` with a table four or two times its size (`FAST_GROWTH_BELOW`), or the
     /// first one. `wait`: take the grow lock even if another thread holds it; otherwise give up
-    /// at once. True when the shard's
-    /// table is no longer `seen` afterwards (grown by us or by someone else).
+    /// at once. True when the shard's table is no longer `seen` afterwards (grown by us or by
+    /// someone else).
     #[cold]
     #[inline(never)]
     fn grow(&self, shard: &Shard, seen: *mut Table, wait: bool) -> bool {
