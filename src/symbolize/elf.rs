@@ -7,7 +7,7 @@
 //! truncated or hostile file yields "no symbol", never a fault.
 
 use super::lines::{LineIndex, Sections};
-use super::store::PageVec;
+use super::symindex::{Pick, SymbolIndex, Table};
 use crate::fmt::StackBuf;
 use core::ffi::c_int;
 
@@ -69,41 +69,18 @@ mod layout {
 }
 use layout::*;
 
-/// A symbol's address range in the sorted index. `order` is its position in its table (ties are
-/// broken the way the table's reader breaks them); `max_end` is the largest `end` of this entry
-/// and every entry before it, which bounds the backward walk of a lookup.
-#[derive(Clone, Copy, Default)]
-struct Entry {
-    start: u64,
-    end: u64,
-    max_end: u64,
-    order: u32,
-    /// Offset of the name in the string table; `u32::MAX` when it is out of bounds.
-    name: u32,
-}
-
-/// Which symbol wins when several contain the address.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Pick {
-    /// The first in table order (libunwindstack's `.symtab`; bionic's `dladdr`).
-    First,
-    /// The one starting last, then the first in table order (glibc's `dladdr`).
-    #[cfg_attr(target_os = "android", allow(dead_code))]
-    Closest,
-}
-
-struct Index {
-    entries: PageVec<Entry>,
+/// One symbol table's index and where its names are.
+struct Indexed {
+    index: SymbolIndex,
     strtab: (usize, usize),
-    pick: Pick,
 }
 
 /// One module's file, mapped, and the indexes of its symbol tables.
 pub struct ModuleSymbols {
     base: *const u8,
     len: usize,
-    symtab: Option<Index>,
-    dynsym: Option<Index>,
+    symtab: Option<Indexed>,
+    dynsym: Option<Indexed>,
     /// The line-table index, built on the first source-file question (`Some(None)`: none).
     lines: Option<Option<LineIndex>>,
 }
@@ -176,36 +153,13 @@ impl ModuleSymbols {
         self.lookup(self.dynsym.as_ref()?, vaddr)
     }
 
-    fn lookup(&self, index: &Index, vaddr: u64) -> Option<(&[u8], u64)> {
-        let v = index.entries.as_slice();
-        let mut best: Option<&Entry> = None;
-        let mut j = v.partition_point(|e| e.start <= vaddr);
-        while j > 0 && v[j - 1].max_end > vaddr {
-            j -= 1;
-            let e = &v[j];
-            if e.end <= vaddr {
-                continue;
-            }
-            let better = match best {
-                None => true,
-                Some(b) => match index.pick {
-                    Pick::First => e.order < b.order,
-                    Pick::Closest => e.start == b.start && e.order < b.order,
-                },
-            };
-            if better {
-                best = Some(e);
-            }
-            if index.pick == Pick::Closest && best.is_some_and(|b| b.start > e.start) {
-                break;
-            }
-        }
-        let e = best?;
-        let (off, len) = index.strtab;
+    fn lookup(&self, table: &Indexed, vaddr: u64) -> Option<(&[u8], u64)> {
+        let (name, offset) = table.index.find(vaddr)?;
+        let (off, len) = table.strtab;
         let strtab = self.bytes().get(off..off + len)?;
-        let name = strtab.get(e.name as usize..)?;
+        let name = strtab.get(name as usize..)?;
         let name = &name[..name.iter().position(|&c| c == 0)?];
-        Some((name, vaddr - e.start))
+        Some((name, offset))
     }
 
     /// The value of the defined function `name` in the dynamic symbol table.
@@ -243,28 +197,40 @@ impl ModuleSymbols {
 
 /// `.symtab` as libunwindstack reads it: defined functions (and ifuncs) of non-zero size; a
 /// symbol with an empty name is skipped, one whose name is out of bounds ends the search.
-fn build_symtab(elf: &[u8], sh: usize) -> Option<Index> {
+fn build_symtab(elf: &[u8], sh: usize) -> Option<Indexed> {
     let symbols = section_bytes(elf, sh)?;
     let strtab_sh = section_header(elf, u32_at(elf, sh + SH_LINK)? as usize)?;
     let strtab = section_range(elf, strtab_sh)?;
     let names = elf.get(strtab.0..strtab.0 + strtab.1);
-    build(symbols, strtab, elf, Pick::First, 0, |sym, _| {
+    let range = |sym: &[u8]| {
         let kind = sym[ST_INFO] & 0xf;
         let size = word_at(sym, ST_SIZE)?;
         if (kind != STT_FUNC && kind != STT_GNU_IFUNC) || u16_at(sym, ST_SHNDX)? == SHN_UNDEF {
             return None;
         }
+        let name = u32_at(sym, ST_NAME)?;
         // Empty names never win: left out here, before the index is sorted.
-        if names.and_then(|n| n.get(u32_at(sym, ST_NAME)? as usize)) == Some(&0) {
+        if names.and_then(|n| n.get(name as usize)) == Some(&0) {
             return None;
         }
         let value = word_at(sym, ST_VALUE)?;
-        Some((value, value.checked_add(size)?))
+        Some((value, value.checked_add(size)?, name))
+    };
+    let table = Table {
+        symbols,
+        entry_size: SYM_SIZE,
+        strtab_len: strtab.1,
+        first_order: 0,
+        range,
+    };
+    Some(Indexed {
+        index: SymbolIndex::build(table, Pick::First)?,
+        strtab,
     })
 }
 
 /// `.dynsym` as the C library's `dladdr` searches a loaded module.
-fn build_dynsym(elf: &[u8], sh: usize) -> Option<Index> {
+fn build_dynsym(elf: &[u8], sh: usize) -> Option<Indexed> {
     let symbols = section_bytes(elf, sh)?;
     let strtab_sh = section_header(elf, u32_at(elf, sh + SH_LINK)? as usize)?;
     let strtab = section_range(elf, strtab_sh)?;
@@ -290,11 +256,13 @@ fn build_dynsym(elf: &[u8], sh: usize) -> Option<Index> {
     let pick = Pick::Closest;
     #[cfg(target_os = "android")]
     let pick = Pick::First;
-    build(symbols, strtab, elf, pick, first, |sym, strtab_len| {
+    let strtab_len = strtab.1;
+    let range = |sym: &[u8]| {
         let info = sym[ST_INFO];
         let shndx = u16_at(sym, ST_SHNDX)?;
         let value = word_at(sym, ST_VALUE)?;
         let size = word_at(sym, ST_SIZE)?;
+        let name = u32_at(sym, ST_NAME)?;
         if info & 0xf == STT_TLS {
             return None;
         }
@@ -302,7 +270,7 @@ fn build_dynsym(elf: &[u8], sh: usize) -> Option<Index> {
         {
             // bionic's soinfo::find_symbol_by_address: defined, and containing the address.
             let _ = strtab_len;
-            (shndx != SHN_UNDEF && size != 0).then_some((value, value.checked_add(size)?))
+            (shndx != SHN_UNDEF && size != 0).then_some((value, value.checked_add(size)?, name))
         }
         #[cfg(not(target_os = "android"))]
         {
@@ -312,9 +280,7 @@ fn build_dynsym(elf: &[u8], sh: usize) -> Option<Index> {
             if !any_binding && binding != STB_GLOBAL && binding != STB_WEAK {
                 return None;
             }
-            if (shndx == SHN_UNDEF && value == 0)
-                || shndx == SHN_ABS
-                || u32_at(sym, ST_NAME)? as usize >= strtab_len
+            if (shndx == SHN_UNDEF && value == 0) || shndx == SHN_ABS || name as usize >= strtab_len
             {
                 return None;
             }
@@ -323,82 +289,20 @@ fn build_dynsym(elf: &[u8], sh: usize) -> Option<Index> {
             } else {
                 value.checked_add(size)?
             };
-            Some((value, end))
+            Some((value, end, name))
         }
-    })
-}
-
-/// Builds a sorted index of the symbols `range` accepts (it returns [start, end)).
-fn build(
-    symbols: &[u8],
-    strtab: (usize, usize),
-    elf: &[u8],
-    pick: Pick,
-    first_order: usize,
-    range: impl Fn(&[u8], usize) -> Option<(u64, u64)>,
-) -> Option<Index> {
-    let _ = elf;
-    let mut entries = PageVec::<Entry>::new();
-    for (i, sym) in symbols.chunks_exact(SYM_SIZE).enumerate() {
-        let Some((start, end)) = range(sym, strtab.1) else {
-            continue;
-        };
-        if end <= start {
-            continue;
-        }
-        let name = u32_at(sym, ST_NAME)?;
-        let name = if (name as usize) < strtab.1 {
-            name
-        } else {
-            u32::MAX
-        };
-        entries.push(Entry {
-            start,
-            end,
-            max_end: 0,
-            order: (first_order + i) as u32,
-            name,
-        })?;
-    }
-    sort_by_start_then_order(&mut entries)?;
-    let v = entries.as_mut_slice();
-    let mut max_end = 0;
-    for e in v.iter_mut() {
-        max_end = max_end.max(e.end);
-        e.max_end = max_end;
-    }
-    Some(Index {
-        entries,
+    };
+    let table = Table {
+        symbols,
+        entry_size: SYM_SIZE,
+        strtab_len,
+        first_order: first,
+        range,
+    };
+    Some(Indexed {
+        index: SymbolIndex::build(table, pick)?,
         strtab,
-        pick,
     })
-}
-
-/// Sorts by (start, order). Through packed 8-byte keys when they fit (starts below 2^40, fewer
-/// than 2^24 entries): moving keys instead of 32-byte entries took the sort of a large binary's
-/// `.symtab` (node: 185,000 symbols, at every exit report) from 2.9% to 1.9% of node's run under
-/// `backtrace leak_track` (perf). The order of equal starts is `order`, which grows with the
-/// position, so the position breaks ties.
-fn sort_by_start_then_order(entries: &mut PageVec<Entry>) -> Option<()> {
-    const POSITION_BITS: u32 = 24;
-    let v = entries.as_mut_slice();
-    let fits = v.len() < 1 << POSITION_BITS && v.iter().all(|e| e.start >> 40 == 0);
-    if !fits {
-        v.sort_unstable_by_key(|e| (e.start, e.order));
-        return Some(());
-    }
-    let mut keys = PageVec::<u64>::zeroed(v.len())?;
-    for (k, (i, e)) in keys.as_mut_slice().iter_mut().zip(v.iter().enumerate()) {
-        *k = (e.start << POSITION_BITS) | i as u64;
-    }
-    keys.as_mut_slice().sort_unstable();
-    let mut sorted = PageVec::<Entry>::new();
-    sorted.reserve(v.len())?;
-    for &k in keys.as_slice() {
-        sorted.push(v[(k & ((1 << POSITION_BITS) - 1)) as usize])?;
-    }
-    *entries = sorted;
-    Some(())
 }
 
 fn map_file(path: &[u8]) -> Option<(*const u8, usize)> {

@@ -35,6 +35,7 @@ mod lines;
 mod relpc;
 mod session;
 mod store;
+mod symindex;
 
 pub mod format;
 pub mod maps;

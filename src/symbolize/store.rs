@@ -37,6 +37,23 @@ impl<T: Copy> PageVec<T> {
         self.bytes / core::mem::size_of::<T>().max(1)
     }
 
+    /// An empty array with room for `n` values, in pages the kernel provides in the one `mmap`
+    /// call (`pages::map_filled`) rather than one fault at a time: for arrays about to be
+    /// written whole, such as a symbol index (docs/performance.md, "Leak reports, 2026-11-26
+    /// fourth session").
+    pub fn with_capacity_filled(n: usize) -> Option<Self> {
+        let mut v = Self::new();
+        v.grow_to(n, true)?;
+        Some(v)
+    }
+
+    /// [`Self::zeroed`] in populated pages.
+    pub fn zeroed_filled(n: usize) -> Option<Self> {
+        let mut v = Self::with_capacity_filled(n)?;
+        v.len = n;
+        Some(v)
+    }
+
     /// Makes room for `extra` more values.
     pub fn reserve(&mut self, extra: usize) -> Option<()> {
         let need = self.len.checked_add(extra)?;
@@ -44,8 +61,17 @@ impl<T: Copy> PageVec<T> {
             return Some(());
         }
         let want = need.max(self.capacity().saturating_mul(2)).max(64);
-        let bytes = want.checked_mul(core::mem::size_of::<T>())?;
-        let fresh = pages::map(bytes)?.cast::<T>();
+        self.grow_to(want, false)
+    }
+
+    fn grow_to(&mut self, want: usize, populated: bool) -> Option<()> {
+        let bytes = want.max(1).checked_mul(core::mem::size_of::<T>().max(1))?;
+        let fresh = if populated {
+            pages::map_filled(bytes)
+        } else {
+            pages::map(bytes)
+        }?
+        .cast::<T>();
         if self.bytes != 0 {
             // SAFETY: both regions hold at least `len` values and do not overlap.
             unsafe { core::ptr::copy_nonoverlapping(self.ptr.as_ptr(), fresh.as_ptr(), self.len) };
