@@ -73,6 +73,8 @@ use layout::*;
 struct Indexed {
     index: SymbolIndex,
     strtab: (usize, usize),
+    /// Symbols with an empty name never win (libunwindstack's `.symtab` reading).
+    skip_empty_names: bool,
 }
 
 /// One module's file, mapped, and the indexes of its symbol tables.
@@ -154,9 +156,12 @@ impl ModuleSymbols {
     }
 
     fn lookup(&self, table: &Indexed, vaddr: u64) -> Option<(&[u8], u64)> {
-        let (name, offset) = table.index.find(vaddr)?;
         let (off, len) = table.strtab;
         let strtab = self.bytes().get(off..off + len)?;
+        let empty = |name: u32| strtab.get(name as usize) == Some(&0);
+        let (name, offset) = table
+            .index
+            .find(vaddr, |n| table.skip_empty_names && empty(n))?;
         let name = strtab.get(name as usize..)?;
         let name = &name[..name.iter().position(|&c| c == 0)?];
         Some((name, offset))
@@ -201,7 +206,6 @@ fn build_symtab(elf: &[u8], sh: usize) -> Option<Indexed> {
     let symbols = section_bytes(elf, sh)?;
     let strtab_sh = section_header(elf, u32_at(elf, sh + SH_LINK)? as usize)?;
     let strtab = section_range(elf, strtab_sh)?;
-    let names = elf.get(strtab.0..strtab.0 + strtab.1);
     let range = |sym: &[u8]| {
         let kind = sym[ST_INFO] & 0xf;
         let size = word_at(sym, ST_SIZE)?;
@@ -209,10 +213,6 @@ fn build_symtab(elf: &[u8], sh: usize) -> Option<Indexed> {
             return None;
         }
         let name = u32_at(sym, ST_NAME)?;
-        // Empty names never win: left out here, before the index is sorted.
-        if names.and_then(|n| n.get(name as usize)) == Some(&0) {
-            return None;
-        }
         let value = word_at(sym, ST_VALUE)?;
         Some((value, value.checked_add(size)?, name))
     };
@@ -226,6 +226,8 @@ fn build_symtab(elf: &[u8], sh: usize) -> Option<Indexed> {
     Some(Indexed {
         index: SymbolIndex::build(table, Pick::First)?,
         strtab,
+        // Left out at lookup, not here: see SymbolIndex::find.
+        skip_empty_names: true,
     })
 }
 
@@ -302,6 +304,7 @@ fn build_dynsym(elf: &[u8], sh: usize) -> Option<Indexed> {
     Some(Indexed {
         index: SymbolIndex::build(table, pick)?,
         strtab,
+        skip_empty_names: false,
     })
 }
 
@@ -478,6 +481,56 @@ mod tests {
             }
         }
         assert_eq!(checked, 12);
+    }
+
+    /// A `.symtab` function with an empty name never wins: the named function around it
+    /// answers, as libunwindstack reads the table (a synthetic file: null symbol, an empty-named
+    /// function first in table order, then a named one containing it).
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn symtab_functions_with_empty_names_never_win() {
+        let strtab = b"\0outer\0";
+        let mut symtab = vec![0u8; SYM_SIZE];
+        for (name, value, size) in [(0u32, 0x1000u64, 0x100u64), (1, 0x800, 0x1000)] {
+            let mut sym = [0u8; SYM_SIZE];
+            sym[ST_NAME..ST_NAME + 4].copy_from_slice(&name.to_le_bytes());
+            sym[ST_INFO] = STT_FUNC;
+            sym[ST_SHNDX..ST_SHNDX + 2].copy_from_slice(&1u16.to_le_bytes());
+            sym[ST_VALUE..ST_VALUE + 8].copy_from_slice(&value.to_le_bytes());
+            sym[ST_SIZE..ST_SIZE + 8].copy_from_slice(&size.to_le_bytes());
+            symtab.extend_from_slice(&sym);
+        }
+        let mut elf = vec![0u8; 64];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[4] = ELF_CLASS;
+        let symtab_at = elf.len();
+        elf.extend_from_slice(&symtab);
+        let strtab_at = elf.len();
+        elf.extend_from_slice(strtab);
+        let shoff = elf.len();
+        elf[E_SHOFF..E_SHOFF + 8].copy_from_slice(&(shoff as u64).to_le_bytes());
+        elf[E_SHENTSIZE..E_SHENTSIZE + 2].copy_from_slice(&64u16.to_le_bytes());
+        elf[E_SHNUM..E_SHNUM + 2].copy_from_slice(&3u16.to_le_bytes());
+        // Section headers: null, .symtab (linked to 2), .strtab.
+        for (kind, at, size, link) in [
+            (0u32, 0usize, 0usize, 0u32),
+            (SHT_SYMTAB, symtab_at, symtab.len(), 2),
+            (3, strtab_at, strtab.len(), 0),
+        ] {
+            let mut sh = [0u8; 64];
+            sh[SH_TYPE..SH_TYPE + 4].copy_from_slice(&kind.to_le_bytes());
+            sh[SH_OFFSET..SH_OFFSET + 8].copy_from_slice(&(at as u64).to_le_bytes());
+            sh[SH_SIZE..SH_SIZE + 8].copy_from_slice(&(size as u64).to_le_bytes());
+            sh[SH_LINK..SH_LINK + 4].copy_from_slice(&link.to_le_bytes());
+            elf.extend_from_slice(&sh);
+        }
+        let path = std::env::temp_dir().join(format!("elf-empty-names-{}", std::process::id()));
+        std::fs::write(&path, &elf).unwrap();
+        let m = ModuleSymbols::open(path.as_os_str().as_encoded_bytes()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(m.symtab_function(0x1010), Some((&b"outer"[..], 0x810)));
+        assert_eq!(m.symtab_function(0x900), Some((&b"outer"[..], 0x100)));
+        assert_eq!(m.symtab_function(0x1800), None);
     }
 
     #[test]
