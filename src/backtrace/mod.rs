@@ -50,8 +50,11 @@ pub fn startup() {
     stack::init(arch::snapshot().sp);
 }
 
-/// Stack walks in flight. Fork prepare closes it so that no walk — and so no holder of the
-/// dynamic loader's lock — is in progress at the moment of fork.
+/// Stack walks in flight outside an entered call (error reports' failure backtraces may run
+/// where the call gate is not held: finalize's checks, the deferred work). Fork prepare closes
+/// it after the call gate, so that no walk — and so no holder of the dynamic loader's lock — is
+/// in progress at the moment of fork. The allocation path's walks (`capture_from`) do not pass
+/// it: they run inside an entered call, whose gate count fork prepare drains first.
 pub static CAPTURES: crate::sync::Gate = crate::sync::Gate::new();
 
 /// Where an allocation call's stack walk may start: the registers of the exported entry point
@@ -82,11 +85,15 @@ impl Origin {
 /// this library. Returns how many were stored. Never allocates.
 #[inline(never)]
 pub fn capture(frames: &mut [usize]) -> usize {
+    let _in_flight = CAPTURES.enter();
     capture_at(frames, Origin::here())
 }
 
 /// `capture` starting from `origin`'s frame (an entry point still running on this thread)
-/// instead of the caller's own.
+/// instead of the caller's own. An origin is taken by an entered call (`entry::Entered`), which
+/// holds the call gate until it returns, so this walk needs no count of its own in `CAPTURES`:
+/// that count's two locked instructions were a fifth of node's captures (docs/performance.md,
+/// "Leak reports, 2026-11-26 fourth session").
 #[inline(never)]
 pub fn capture_from(frames: &mut [usize], origin: &Origin) -> usize {
     capture_at(frames, *origin)
@@ -99,7 +106,6 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> usize {
     if frames.is_empty() {
         return 0;
     }
-    let _in_flight = CAPTURES.enter();
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
         let regs = origin.regs;
