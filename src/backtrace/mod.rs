@@ -128,9 +128,18 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> usize {
 /// longer than a log record is split at line boundaries).
 pub fn log_frames(frames: &[usize]) {
     crate::symbolize::with_symbolizer(|res| {
-        format::fast_block(frames, res, &mut |rec| {
-            crate::log::write_record(Priority::Error, TAG, rec)
-        })
+        // A report's batch takes the lines as they are resolved (host exit reports);
+        // otherwise the block is formatted into records.
+        let batched = crate::log::write_lines_batched(Priority::Error, &mut |line| {
+            for (i, &pc) in frames.iter().enumerate() {
+                res.fast_line_parts(i, pc, line);
+            }
+        });
+        if !batched {
+            format::fast_block(frames, res, &mut |rec| {
+                crate::log::write_record(Priority::Error, TAG, rec)
+            });
+        }
     });
 }
 

@@ -34,19 +34,7 @@ pub fn write_threadtime(prio: Priority, tag: &str, msg: &[u8]) {
         // SAFETY: this thread owns the batch (OWNER) and is not already appending to it
         // (APPENDING), so this is the only reference to the buffer.
         let batch = unsafe { &mut *BATCH.0.get() };
-        // The prefix changes once a millisecond: a report's records reuse it until then.
-        let (secs, nanos) = platform::realtime();
-        let stamp = (
-            secs,
-            nanos / 1_000_000,
-            prio as u8,
-            tag.as_ptr() as usize,
-            tag.len(),
-        );
-        if batch.stamp != Some(stamp) {
-            batch.prefix = prefix_at(prio, tag, batch.pid, batch.tid, secs, nanos);
-            batch.stamp = Some(stamp);
-        }
+        batch.refresh_prefix(prio, tag);
         let mut lines = Lines {
             buf: &mut batch.bytes,
             len: batch.len,
@@ -64,6 +52,35 @@ pub fn write_threadtime(prio: Priority, tag: &str, msg: &[u8]) {
     };
     record_lines(prefix.as_bytes(), msg, &mut lines);
     lines.flush();
+}
+
+/// A sink for one line given as parts (no newline).
+pub type LineSink<'a> = dyn FnMut(&[&[u8]]) + 'a;
+/// Produces a record's lines into the sink it is given.
+pub type LineSource<'a> = dyn FnMut(&mut LineSink<'_>) + 'a;
+
+/// Writes one record given line by line straight into the calling thread's batch: `lines`
+/// is called with a sink that takes each line as parts (no newline). Returns false, having
+/// written nothing, when this thread holds no batch (the caller then formats a record as
+/// usual). The exit leak report logs every frame line this way: one copy of its parts into the
+/// batch instead of a line buffer, a record buffer and a newline search (docs/performance.md,
+/// "Leak reports, 2026-11-26 fourth session").
+pub fn write_lines_batched(prio: Priority, tag: &str, lines: &mut LineSource<'_>) -> bool {
+    if OWNER.load(Ordering::Relaxed) != thread_id() || APPENDING.swap(true, Ordering::Acquire) {
+        return false;
+    }
+    // SAFETY: as in write_threadtime: this thread owns the batch and is its only appender.
+    let batch = unsafe { &mut *BATCH.0.get() };
+    batch.refresh_prefix(prio, tag);
+    let mut out = Lines {
+        buf: &mut batch.bytes,
+        len: batch.len,
+    };
+    let prefix = batch.prefix.as_bytes();
+    lines(&mut |parts| out.push_parts(prefix, parts));
+    batch.len = out.len;
+    APPENDING.store(false, Ordering::Release);
+    true
 }
 
 /// Gathers the calling thread's records into 64 KiB writes until dropped (host sink only; on
@@ -120,6 +137,25 @@ struct BatchBuffer {
     bytes: [u8; BATCH_BYTES],
 }
 
+impl BatchBuffer {
+    /// The prefix for a record logged now. It changes once a millisecond: a report's records
+    /// reuse it until then.
+    fn refresh_prefix(&mut self, prio: Priority, tag: &str) {
+        let (secs, nanos) = platform::realtime();
+        let stamp = (
+            secs,
+            nanos / 1_000_000,
+            prio as u8,
+            tag.as_ptr() as usize,
+            tag.len(),
+        );
+        if self.stamp != Some(stamp) {
+            self.prefix = prefix_at(prio, tag, self.pid, self.tid, secs, nanos);
+            self.stamp = Some(stamp);
+        }
+    }
+}
+
 struct Shared(UnsafeCell<BatchBuffer>);
 // SAFETY: only the thread recorded in OWNER touches the buffer (see write_threadtime).
 unsafe impl Sync for Shared {}
@@ -153,12 +189,19 @@ struct Lines<'a> {
 impl Lines<'_> {
     /// Appends `prefix line \n`; a line longer than the whole buffer is cut.
     fn push_line(&mut self, prefix: &[u8], line: &[u8]) {
-        if self.len + prefix.len() + line.len() + 1 > self.buf.len() {
+        self.push_parts(prefix, &[line]);
+    }
+
+    /// Appends `prefix`, the parts of one line and a newline; a line longer than the whole
+    /// buffer is cut.
+    fn push_parts(&mut self, prefix: &[u8], parts: &[&[u8]]) {
+        let len = prefix.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+        if self.len + len + 1 > self.buf.len() {
             self.flush();
         }
         // Keep one byte for the newline.
         let end = self.buf.len() - 1;
-        for part in [prefix, line] {
+        for part in core::iter::once(prefix).chain(parts.iter().copied()) {
             let n = part.len().min(end - self.len);
             self.buf[self.len..self.len + n].copy_from_slice(&part[..n]);
             self.len += n;

@@ -56,6 +56,18 @@ pub fn write_record<const N: usize>(prio: Priority, tag: &str, msg: &mut StackBu
     platform::set_errno(saved);
 }
 
+/// Logs one ERROR-level record line by line straight into the calling thread's batch, when it
+/// has one (the host's exit reports); false, with nothing logged, otherwise. `lines` gets a
+/// sink taking each line as parts, without the newline.
+pub fn write_lines_batched(prio: Priority, lines: &mut host::LineSource<'_>) -> bool {
+    let _foreign = crate::sync::DisabledScope::enter();
+    // A full batch is written out on the way, a system call that may set errno.
+    let saved = platform::errno();
+    let done = host::write_lines_batched(prio, TAG, lines);
+    platform::set_errno(saved);
+    done
+}
+
 macro_rules! log_error {
     ($($arg:tt)*) => { $crate::log::log($crate::platform::Priority::Error, format_args!($($arg)*)) };
 }

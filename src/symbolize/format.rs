@@ -118,6 +118,15 @@ pub trait Resolver {
     fn fast_line(&mut self, index: usize, pc: usize, out: &mut StackBuf<1024>) {
         self.resolve(pc, &mut |r| fast_line(out, index, r));
     }
+
+    /// Calls `f` with frame `index`'s [`fast_line`] for `pc` as parts, without the newline (a
+    /// caching resolver hands its kept text over without copying it into a line first).
+    fn fast_line_parts(&mut self, index: usize, pc: usize, f: &mut dyn FnMut(&[&[u8]])) {
+        let mut line = StackBuf::<1024>::new();
+        self.fast_line(index, pc, &mut line);
+        let bytes = line.as_bytes();
+        f(&[bytes.strip_suffix(b"\n").unwrap_or(bytes)]);
+    }
 }
 
 /// The start of a [`fast_line`] up to the pc (`          #NN  pc `), without `core::fmt`.

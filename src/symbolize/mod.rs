@@ -522,32 +522,53 @@ impl Resolver for Symbolizer {
     /// number: a frame shared by a million leaks is then two copies, no formatting
     /// (docs/performance.md, "Leak reports, 2026-11-26 second session").
     fn fast_line(&mut self, index: usize, pc: usize, out: &mut StackBuf<1024>) {
-        let i = match self.frame_index(pc) {
-            Ok(i) => i,
-            Err(fr) => {
-                return self.with_resolved(&fr, |r| format::fast_line(out, index, r));
+        match self.fast_tail(pc) {
+            Some(tail) => {
+                format::fast_line_head(out, index);
+                out.push_bytes(self.str(tail));
             }
-        };
-        let fr = self.frames.as_slice()[i];
-        let tail = match fr.fast_tail {
-            Some(t) => t,
             None => {
-                let mut line = StackBuf::<1024>::new();
-                self.with_resolved(&fr, |r| format::fast_line(&mut line, 0, r));
-                let mut head = StackBuf::<1024>::new();
-                format::fast_line_head(&mut head, 0);
-                let rendered = line.as_bytes().get(head.len()..).unwrap_or(&[]);
-                let t = keep_in(&mut self.strings, rendered);
-                if line.truncated() || t.1 as usize != rendered.len() {
-                    // Too long to keep whole, or no memory: rendered each time.
-                    return self.with_resolved(&fr, |r| format::fast_line(out, index, r));
-                }
-                self.frames.as_mut_slice()[i].fast_tail = Some(t);
-                t
+                let fr = self.frame(pc);
+                self.with_resolved(&fr, |r| format::fast_line(out, index, r));
             }
+        }
+    }
+
+    fn fast_line_parts(&mut self, index: usize, pc: usize, f: &mut dyn FnMut(&[&[u8]])) {
+        let Some(tail) = self.fast_tail(pc) else {
+            let mut line = StackBuf::<1024>::new();
+            self.fast_line(index, pc, &mut line);
+            let bytes = line.as_bytes();
+            return f(&[bytes.strip_suffix(b"\n").unwrap_or(bytes)]);
         };
-        format::fast_line_head(out, index);
-        out.push_bytes(self.str(tail));
+        let mut head = StackBuf::<1024>::new();
+        format::fast_line_head(&mut head, index);
+        let tail = self.str(tail);
+        f(&[head.as_bytes(), tail.strip_suffix(b"\n").unwrap_or(tail)]);
+    }
+}
+
+impl Symbolizer {
+    /// The kept text of `pc`'s fast line after its frame number (`pc ...\n`), rendered once
+    /// per distinct pc (docs/performance.md, "Leak reports, 2026-11-26 second session"); `None`
+    /// when it cannot be kept (too long, no memory): the line is then rendered each time.
+    fn fast_tail(&mut self, pc: usize) -> Option<Str> {
+        let i = self.frame_index(pc).ok()?;
+        let fr = self.frames.as_slice()[i];
+        if let Some(t) = fr.fast_tail {
+            return Some(t);
+        }
+        let mut line = StackBuf::<1024>::new();
+        self.with_resolved(&fr, |r| format::fast_line(&mut line, 0, r));
+        let mut head = StackBuf::<1024>::new();
+        format::fast_line_head(&mut head, 0);
+        let rendered = line.as_bytes().get(head.len()..).unwrap_or(&[]);
+        let t = keep_in(&mut self.strings, rendered);
+        if line.truncated() || t.1 as usize != rendered.len() {
+            return None;
+        }
+        self.frames.as_mut_slice()[i].fast_tail = Some(t);
+        Some(t)
     }
 }
 
