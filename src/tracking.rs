@@ -1,7 +1,7 @@
 //! Pointer tracking: the live-pointer table, the interned backtraces, and what is captured when
 //! an allocation is recorded (docs/spec/allocation.md#allocation-backtraces).
 
-use crate::backtrace::{self, BacktraceTable, LiveIds, Origin};
+use crate::backtrace::{self, BacktraceTable, LiveIds, MemoHit, NOTES, Origin};
 use crate::live_table::{Info, Key, LiveTable};
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
@@ -47,6 +47,8 @@ pub struct FrameBuffer {
     storage: [MaybeUninit<usize>; backtrace::MAX_FRAMES],
     /// The first `len` slots are initialised frames.
     len: usize,
+    /// The memo version the capture's later frames were replayed from, if any.
+    hit: Option<MemoHit>,
 }
 
 impl FrameBuffer {
@@ -55,10 +57,11 @@ impl FrameBuffer {
         // Built field by field: written as a struct literal, LLVM merged the uninitialised
         // array with `len` into one 2 KiB memset on every call.
         let mut buffer = MaybeUninit::<FrameBuffer>::uninit();
-        // SAFETY: `len` is written through a raw pointer into the uninitialised struct; the
-        // only other field is an array of MaybeUninit, valid uninitialised.
+        // SAFETY: `len` and `hit` are written through raw pointers into the uninitialised
+        // struct; the only other field is an array of MaybeUninit, valid uninitialised.
         unsafe {
             core::ptr::addr_of_mut!((*buffer.as_mut_ptr()).len).write(0);
+            core::ptr::addr_of_mut!((*buffer.as_mut_ptr()).hit).write(None);
             buffer.assume_init()
         }
     }
@@ -73,6 +76,7 @@ impl FrameBuffer {
     /// when nothing was found.
     pub fn capture(&mut self, state: &State, origin: &Origin, size: usize, frames: usize) {
         self.len = 0;
+        self.hit = None;
         if let Some((min, max)) = state.plan.capture_sizes
             && (size < min || size > max)
         {
@@ -85,7 +89,7 @@ impl FrameBuffer {
             core::ptr::write_bytes(self.storage.as_mut_ptr(), 0, frames);
             core::slice::from_raw_parts_mut(self.storage.as_mut_ptr().cast::<usize>(), frames)
         };
-        self.len = backtrace::capture_from(buf, origin);
+        (self.len, self.hit) = backtrace::capture_from(buf, origin);
     }
 
     /// Replaces the contents with `frames`.
@@ -95,6 +99,7 @@ impl FrameBuffer {
             dst.write(src);
         }
         self.len = n;
+        self.hit = None;
     }
 }
 
@@ -162,15 +167,42 @@ fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, s
     let mut buffer = FrameBuffer::new();
     buffer.capture(state, origin, size, state.config.backtrace_frames);
     let frames = buffer.frames();
-    let hash = BacktraceTable::hash(frames);
     let intern = || {
         if frames.is_empty() {
             BT_EMPTY
         } else {
-            BACKTRACES.intern_hashed(frames, hash).unwrap_or(BT_EMPTY)
+            BACKTRACES
+                .intern_hashed(frames, BacktraceTable::hash(frames))
+                .unwrap_or(BT_EMPTY)
         }
     };
-    publish(key, stored, BACKTRACES.epoch(), intern);
+    let Some(hit) = buffer.hit else {
+        publish(key, stored, BACKTRACES.epoch(), intern);
+        return;
+    };
+    // The later frames came from a memo: the id interned for the same stack may be noted on
+    // it (backtrace/note.rs), valid while no collection has started since it was known in use.
+    let prefix = frames.get(..hit.prefix_len()).unwrap_or(frames);
+    let epoch = BACKTRACES.epoch();
+    let noted = NOTES.get(&hit, prefix);
+    if let Some(note) = noted
+        && (note >> 32) as u32 == epoch
+        && epoch & 1 == 0
+    {
+        let mut first = true;
+        let id = note as u32;
+        publish(key, stored, epoch, || {
+            if core::mem::take(&mut first) {
+                id
+            } else {
+                intern()
+            }
+        });
+        return;
+    }
+    if let Some(id) = publish(key, stored, epoch, intern) {
+        NOTES.set(&hit, prefix, (epoch as u64) << 32 | id as u64);
+    }
 }
 
 // Collecting unused backtrace records (backtrace/table/collect.rs explains the model). A record
@@ -186,24 +218,27 @@ fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, s
 /// collection that ran since `before` (the epoch when the id was last known to be in use): a
 /// collection that overlapped may have missed the entry, so the id is kept for the running
 /// collection or checked after it and, if freed, interned again. Never waits for a collection.
-fn publish(key: Key, size: u32, mut before: u32, mut intern: impl FnMut() -> u32) {
+/// Returns the id when it was in use at epoch `before` with no collection since (even and
+/// unchanged): the id can then be noted as in use at `before`.
+fn publish(key: Key, size: u32, mut before: u32, mut intern: impl FnMut() -> u32) -> Option<u32> {
     let mut info = Info {
         size,
         backtrace_id: intern(),
     };
     if !add(key, info) {
-        return;
+        return None;
     }
+    let first = before;
     loop {
         // SeqCst, as the collector's epoch changes: if the epoch is even and unchanged, any
         // collection starts after the entry is visible and its pass over the entry's shard
         // marks the id.
         let now = BACKTRACES.epoch();
-        if (now == before && now & 1 == 0)
-            || info.backtrace_id <= BT_EMPTY
-            || BACKTRACES.keep(info.backtrace_id)
-        {
-            return;
+        if now == before && now & 1 == 0 {
+            return (now == first && info.backtrace_id > BT_EMPTY).then_some(info.backtrace_id);
+        }
+        if info.backtrace_id <= BT_EMPTY || BACKTRACES.keep(info.backtrace_id) {
+            return None;
         }
         before = now;
         info.backtrace_id = intern();

@@ -55,3 +55,54 @@ fn twenty_thousand_leaks_are_reported_whole_and_in_order() {
     }
     assert_eq!(leak, N);
 }
+
+/// Six allocation paths that differ only in their innermost frames (leaf0..leaf5, all called
+/// from one `pick` called from one `main`) replay one stack-walk memo; the interned backtrace
+/// noted on it (src/backtrace/note.rs) must be told apart by those first frames. Every leak of
+/// size 1000 + k names leaf<k> right after the front's malloc. With "churn", collections of
+/// unused backtrace records run in between (8,192 distinct stacks a round) and free the
+/// records of the paths' earlier blocks: an id noted before a collection is not used after it.
+#[test]
+fn blocks_sharing_a_walk_memo_keep_the_backtrace_of_their_own_path() {
+    let program = compile_c(
+        "shared_memo",
+        "tests/programs/shared_memo.c",
+        &["-O1", "-g"],
+    );
+    for args in [&[][..], &["churn"][..]] {
+        let out = run_under_front(&program, args, Some("backtrace leak_track"), &[]);
+        assert_exit_code(&out, 0);
+        check_paths(&log_lines(&out.stderr), args);
+    }
+}
+
+fn check_paths(parsed: &[LogLine], args: &[&str]) {
+    let mut checked = [0usize; 6];
+    for (i, line) in parsed.iter().enumerate() {
+        assert!(
+            !line.msg.contains("does not have matching frame data"),
+            "{args:?}: {}",
+            line.msg
+        );
+        let Some(rest) = line.msg.split(" leaked block of size ").nth(1) else {
+            continue;
+        };
+        let size: usize = rest.split(' ').next().unwrap().parse().unwrap();
+        let Some(k) = size.checked_sub(1000).filter(|&k| k < 6) else {
+            continue;
+        };
+        assert_eq!(parsed[i + 1].msg, "Backtrace at time of allocation:");
+        let first = &parsed[i + 3].msg;
+        assert!(
+            first.starts_with("          #01  pc ") && first.contains(&format!("(leaf{k}+")),
+            "{args:?}: leak of size {size}: first frame {first:?}"
+        );
+        assert!(
+            parsed[i + 4].msg.contains("(pick+"),
+            "leak of size {size}: {:?}",
+            parsed[i + 4].msg
+        );
+        checked[k] += 1;
+    }
+    assert_eq!(checked, [40; 6], "{args:?}: every leak of every path");
+}

@@ -46,6 +46,7 @@
 
 use super::arch::Regs;
 use super::cache::{ANY_GENERATION, UNKNOWN_GENERATION, begin_write, end_write};
+use super::note::MemoHit;
 use super::walk::Sink;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
@@ -58,6 +59,8 @@ pub const ENTRIES: usize = 40;
 const TRACE_READS: usize = 64;
 const SETS: usize = 128;
 const WAYS: usize = 8;
+/// Memo slots in all (notes on memos, note.rs, are kept per slot).
+pub const MEMO_SLOTS: usize = SETS * WAYS;
 /// `limit` of a walk that ended by itself (outermost frame, zero return address, implausible
 /// frame) rather than by filling the caller's buffer: valid for any buffer size.
 const NATURAL_END: u32 = 0xffff;
@@ -252,8 +255,9 @@ fn tag_of(pc: usize, sp: usize) -> usize {
 
 /// What a walk does at a memo's start.
 pub enum Replay {
-    /// A memo matched: the sink holds the whole walk.
-    Hit(usize),
+    /// A memo matched: the sink holds the whole walk, the rest of it from the memo version
+    /// named.
+    Hit(usize, MemoHit),
     /// Walk on, recording the reads, and remember them.
     Record,
     /// Walk on without recording (a start not seen before).
@@ -323,14 +327,21 @@ impl MemoTable {
                 continue;
             }
             known = true;
-            let memo = &self.memos[set * WAYS + way];
-            if let Some(n) = self.try_memo(memo, start, sink, generation) {
+            let index = set * WAYS + way;
+            let memo = &self.memos[index];
+            let pushed_before = sink.len();
+            if let Some((n, seq)) = self.try_memo(memo, start, sink, generation) {
                 #[cfg(test)]
                 HITS.fetch_add(1, Ordering::Relaxed);
                 if score != 0 {
                     misses.store(after_hit(score), Ordering::Relaxed);
                 }
-                return Replay::Hit(n);
+                let hit = MemoHit {
+                    memo: index as u32,
+                    seq,
+                    pushed_before: pushed_before as u32,
+                };
+                return Replay::Hit(n, hit);
             }
         }
         if known {
@@ -357,7 +368,7 @@ impl MemoTable {
         start: Regs,
         sink: &mut Sink<'_>,
         generation: &mut u32,
-    ) -> Option<usize> {
+    ) -> Option<(usize, u32)> {
         let s1 = memo.seq.load(Ordering::Acquire);
         let meta = memo.meta.load(Ordering::Relaxed);
         let tag = memo.generation.load(Ordering::Relaxed);
@@ -411,7 +422,7 @@ impl MemoTable {
                 pushing = word != 0 && sink.push(word);
             }
         }
-        Some(sink.len())
+        Some((sink.len(), s1))
     }
 
     /// Keeps the walk `trace` from `start`, reached with `pushed_before` frames in the sink.

@@ -16,6 +16,7 @@ mod arch;
 mod cache;
 mod cfi;
 mod memo;
+mod note;
 pub(crate) mod quarantine;
 mod rule;
 #[cfg(all(target_arch = "aarch64", target_os = "android"))]
@@ -27,6 +28,7 @@ mod walk;
 mod tests;
 
 pub use crate::symbolize::Session as SymbolSession;
+pub use note::{MemoHit, NOTES};
 pub use table::{BacktraceTable, LiveIds};
 
 use crate::platform::Priority;
@@ -86,7 +88,7 @@ impl Origin {
 #[inline(never)]
 pub fn capture(frames: &mut [usize]) -> usize {
     let _in_flight = CAPTURES.enter();
-    capture_at(frames, Origin::here())
+    capture_at(frames, Origin::here()).0
 }
 
 /// `capture` starting from `origin`'s frame (an entry point still running on this thread)
@@ -94,34 +96,38 @@ pub fn capture(frames: &mut [usize]) -> usize {
 /// holds the call gate until it returns, so this walk needs no count of its own in `CAPTURES`:
 /// that count's two locked instructions were a fifth of node's captures (docs/performance.md,
 /// "Leak reports, 2026-11-26 fourth session").
+/// Also returns the memo version the capture's later frames were replayed from, if any: a
+/// caller can then keep what it derives from the frames in a note on it (note.rs).
 #[inline(never)]
-pub fn capture_from(frames: &mut [usize], origin: &Origin) -> usize {
+pub fn capture_from(frames: &mut [usize], origin: &Origin) -> (usize, Option<MemoHit>) {
     capture_at(frames, *origin)
 }
 
 /// The body of both captures; inlined into each so that the full walk's fallback sees the
 /// frame layout it expects (see `full_walk`).
 #[inline(always)]
-fn capture_at(frames: &mut [usize], origin: Origin) -> usize {
+fn capture_at(frames: &mut [usize], origin: Origin) -> (usize, Option<MemoHit>) {
     if frames.is_empty() {
-        return 0;
+        return (0, None);
     }
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
         let regs = origin.regs;
         #[cfg(all(target_arch = "aarch64", target_os = "android"))]
         if let Some(n) = walk::frame_pointer_walk(frames, regs) {
-            return n;
+            return (n, None);
         }
-        if let walk::Walk::Done(n) = walk::cached_walk(frames, regs) {
-            return n;
+        match walk::cached_walk(frames, regs) {
+            walk::Walk::Done(n) => return (n, None),
+            walk::Walk::Replayed(n, hit) => return (n, Some(hit)),
+            walk::Walk::Unsupported => {}
         }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = origin;
     // Not a tail call: full_walk drops exactly two frames, its own and the capturing
     // function's; the library's frames above those are dropped as its own.
-    core::hint::black_box(walk::full_walk(frames))
+    (core::hint::black_box(walk::full_walk(frames)), None)
 }
 
 /// The fast-path block (docs/spec/errors.md#fast-format): ERROR records, normally one (a block

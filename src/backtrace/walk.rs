@@ -13,6 +13,7 @@ use super::arch::{self, Regs};
 use super::cache::{ANY_GENERATION, CACHE, UNKNOWN_GENERATION};
 use super::cfi;
 use super::memo::{MEMOS, Replay, Trace};
+use super::note::MemoHit;
 use super::rule::{
     KIND_END, KIND_MASK, KIND_RULE, Packed, cfa_from_fp, fp_slot, ra_signed, ra_slot, step_packed,
     to_pair, zeroes_fp,
@@ -83,6 +84,8 @@ impl<'a> Sink<'a> {
 /// Outcome of the cached walk.
 pub enum Walk {
     Done(usize),
+    /// Done, the frames after the first ones replayed from a memo (note.rs).
+    Replayed(usize, MemoHit),
     /// A frame needs the full unwinder: redo the capture with `full_walk`.
     Unsupported,
 }
@@ -115,7 +118,7 @@ pub fn cached_walk(frames: &mut [usize], mut regs: Regs) -> Walk {
         return done;
     }
     match MEMOS.replay(regs, &mut sink, &mut generation) {
-        Replay::Hit(n) => Walk::Done(n),
+        Replay::Hit(n, hit) => Walk::Replayed(n, hit),
         Replay::Skip => walk_on(regs, &mut sink, &mut generation, &mut NoRecording, steps),
         Replay::Record => {
             let mut recording = Recording {
