@@ -66,8 +66,28 @@ fn report_all(state: &State, records: &[LiveBlock]) {
     let _batch = crate::log::Batch::begin();
     // One symbolization session for the whole report: each distinct pc is resolved once.
     let _symbols = crate::backtrace::SymbolSession::begin();
+    announce(records.iter());
     for (i, r) in records.iter().enumerate() {
         leak_line(state, r, i, total, None);
+    }
+}
+
+/// Tells the symbolizer which backtraces the report is about to log, so that the work their
+/// frames need is done a batch at a time (under `malloc-debug run`, the annotation server's
+/// round trips: src/symbolize/rendered.rs). Nothing to do on Android or without the server.
+fn announce<'a>(records: impl Iterator<Item = &'a LiveBlock>) {
+    if !crate::backtrace::annotating() {
+        return;
+    }
+    // Consecutive blocks often share a backtrace: a few recent ids are skipped (a repeat only
+    // costs cached lookups).
+    let mut seen = [0u32; 256];
+    for r in records.filter(|r| r.has_backtrace()) {
+        let slot = &mut seen[r.backtrace_id as usize % seen.len()];
+        if *slot != r.backtrace_id {
+            *slot = r.backtrace_id;
+            crate::tracking::BACKTRACES.with_frames(r.backtrace_id, crate::backtrace::announce);
+        }
     }
 }
 
@@ -166,6 +186,15 @@ fn report_classified(
         } else {
             plan[i] = SKIP;
         }
+    }
+    if print_leaks {
+        announce(
+            records
+                .iter()
+                .zip(plan.iter())
+                .filter(|(_, p)| **p != SKIP)
+                .map(|(r, _)| r),
+        );
     }
     let mut index = 0;
     for (i, r) in records.iter().enumerate() {

@@ -134,6 +134,7 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> (usize, Option<MemoHit>) 
 /// longer than a log record is split at line boundaries).
 pub fn log_frames(frames: &[usize]) {
     crate::symbolize::with_symbolizer(|res| {
+        res.prepare(frames);
         // A report's batch takes the lines as they are resolved (host exit reports);
         // otherwise the block is formatted into records.
         let batched = crate::log::write_lines_batched(Priority::Error, &mut |line| {
@@ -147,6 +148,17 @@ pub fn log_frames(frames: &[usize]) {
             });
         }
     });
+}
+
+/// Announces a backtrace a report will log (see `Resolver::prepare`).
+pub fn announce(frames: &[usize]) {
+    crate::symbolize::with_symbolizer(|res| res.prepare(frames));
+}
+
+/// Whether frame lines are annotated by `malloc-debug run`'s server (then announcing a
+/// report's backtraces first saves round trips).
+pub fn annotating() -> bool {
+    crate::symbolize::annotating()
 }
 
 /// The `backtrace_full` format (docs/spec/errors.md#full-format): one ERROR record per frame.

@@ -111,6 +111,12 @@ pub fn full_line(out: &mut impl Write, index: usize, r: &Resolved<'_>) {
 /// Source of [`Resolved`] descriptions (the real one reads /proc/self/maps, ELF headers and
 /// `dladdr`; tests provide fixed data).
 pub trait Resolver {
+    /// Called before the lines of a backtrace are asked for: a resolver can do the work its
+    /// new frames need at once (the annotation server's round trip, annotate.rs).
+    fn prepare(&mut self, frames: &[usize]) {
+        let _ = frames;
+    }
+
     fn resolve(&mut self, pc: usize, f: &mut dyn FnMut(&Resolved<'_>));
 
     /// Appends frame `index`'s [`fast_line`] for `pc` to `out` (a resolver that caches can

@@ -29,10 +29,13 @@
 //! Everything it allocates comes from mmap ([`store`]); memory is read only through our own file
 //! mappings or `process_vm_readv` ([`relpc`]), never through a map listed by an older maps read.
 
+#[cfg(not(target_os = "android"))]
+mod annotate;
 mod demangle;
 mod elf;
 mod lines;
 mod relpc;
+mod rendered;
 mod session;
 mod store;
 mod symindex;
@@ -44,12 +47,20 @@ use crate::fmt::StackBuf;
 use core::ffi::{c_char, c_void};
 use demangle::NAME_MAX;
 use elf::ModuleSymbols;
-use format::{MapRef, Resolved, Resolver};
+use format::{MapRef, Resolved};
 use maps::Maps;
 use relpc::ElfStart;
 use store::PageVec;
 
 pub use session::{Session, lock_raw, unlock_raw, with_symbolizer};
+
+/// Whether `malloc-debug run`'s annotation server is there to ask (annotate.rs).
+pub fn annotating() -> bool {
+    #[cfg(not(target_os = "android"))]
+    return annotate::configured();
+    #[cfg(target_os = "android")]
+    false
+}
 
 /// Modules whose files stay mapped at once; a report touches few, and one more evicts the
 /// oldest (its index is rebuilt if needed again).
@@ -74,6 +85,9 @@ struct Frame {
     symbol: Option<(Str, u64)>,
     /// The fast format's line after its frame number (`pc ...\n`), once rendered.
     fast_tail: Option<Str>,
+    /// Waiting in `Symbolizer::queued` for its line to be rendered (rendered.rs).
+    #[cfg_attr(target_os = "android", allow(dead_code))]
+    queued: bool,
     /// The source file, once looked up (`Some(None)`: none known).
     source: Option<Option<Str>>,
 }
@@ -95,9 +109,15 @@ pub struct Symbolizer {
     /// Open-addressing table of `frames` indexes + 1 (0 = empty), keyed by pc.
     table: PageVec<u32>,
     frames: PageVec<Frame>,
+    /// Frames (indexes) whose lines wait to be rendered and annotated together (rendered.rs).
+    #[cfg(not(target_os = "android"))]
+    queued: PageVec<u32>,
     strings: PageVec<u8>,
     /// `__cxa_demangle`'s address once searched for (0: none loaded).
     cxa_demangle: Option<usize>,
+    /// The connection to `malloc-debug run`'s annotation server, if it runs the program.
+    #[cfg(not(target_os = "android"))]
+    annotator: annotate::Annotator,
 }
 
 impl Symbolizer {
@@ -112,6 +132,10 @@ impl Symbolizer {
             frames: PageVec::new(),
             strings: PageVec::new(),
             cxa_demangle: None,
+            #[cfg(not(target_os = "android"))]
+            queued: PageVec::new(),
+            #[cfg(not(target_os = "android"))]
+            annotator: annotate::Annotator::new(),
         }
     }
 
@@ -510,66 +534,6 @@ fn insert(table: &mut [u32], pc: usize, value: u32) {
         i = (i + 1) & mask;
     }
     table[i] = value;
-}
-
-impl Resolver for Symbolizer {
-    fn resolve(&mut self, pc: usize, f: &mut dyn FnMut(&Resolved<'_>)) {
-        let fr = self.frame(pc);
-        self.with_resolved(&fr, |r| f(r));
-    }
-
-    /// Renders each distinct pc's line once (with frame number 0) and keeps the text after the
-    /// number: a frame shared by a million leaks is then two copies, no formatting
-    /// (docs/performance.md, "Leak reports, 2026-11-26 second session").
-    fn fast_line(&mut self, index: usize, pc: usize, out: &mut StackBuf<1024>) {
-        match self.fast_tail(pc) {
-            Some(tail) => {
-                format::fast_line_head(out, index);
-                out.push_bytes(self.str(tail));
-            }
-            None => {
-                let fr = self.frame(pc);
-                self.with_resolved(&fr, |r| format::fast_line(out, index, r));
-            }
-        }
-    }
-
-    fn fast_line_parts(&mut self, index: usize, pc: usize, f: &mut dyn FnMut(&[&[u8]])) {
-        let Some(tail) = self.fast_tail(pc) else {
-            let mut line = StackBuf::<1024>::new();
-            self.fast_line(index, pc, &mut line);
-            let bytes = line.as_bytes();
-            return f(&[bytes.strip_suffix(b"\n").unwrap_or(bytes)]);
-        };
-        let mut head = StackBuf::<1024>::new();
-        format::fast_line_head(&mut head, index);
-        let tail = self.str(tail);
-        f(&[head.as_bytes(), tail.strip_suffix(b"\n").unwrap_or(tail)]);
-    }
-}
-
-impl Symbolizer {
-    /// The kept text of `pc`'s fast line after its frame number (`pc ...\n`), rendered once
-    /// per distinct pc (docs/performance.md, "Leak reports, 2026-11-26 second session"); `None`
-    /// when it cannot be kept (too long, no memory): the line is then rendered each time.
-    fn fast_tail(&mut self, pc: usize) -> Option<Str> {
-        let i = self.frame_index(pc).ok()?;
-        let fr = self.frames.as_slice()[i];
-        if let Some(t) = fr.fast_tail {
-            return Some(t);
-        }
-        let mut line = StackBuf::<1024>::new();
-        self.with_resolved(&fr, |r| format::fast_line(&mut line, 0, r));
-        let mut head = StackBuf::<1024>::new();
-        format::fast_line_head(&mut head, 0);
-        let rendered = line.as_bytes().get(head.len()..).unwrap_or(&[]);
-        let t = keep_in(&mut self.strings, rendered);
-        if line.truncated() || t.1 as usize != rendered.len() {
-            return None;
-        }
-        self.frames.as_mut_slice()[i].fast_tail = Some(t);
-        Some(t)
-    }
 }
 
 struct Sym {

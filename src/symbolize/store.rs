@@ -119,6 +119,12 @@ impl<T: Copy> PageVec<T> {
         unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
+    /// Forgets the values after the first `n`.
+    #[cfg_attr(target_os = "android", allow(dead_code))]
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

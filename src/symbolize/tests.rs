@@ -1,6 +1,7 @@
 //! Unit tests of the symbolizer (mod.rs).
 
 use super::*;
+use format::Resolver;
 
 /// The cached fast-format line is the line `format::fast_line` renders, for one- to
 /// three-digit frame numbers, first resolution and cache hits alike.

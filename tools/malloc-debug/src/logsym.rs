@@ -205,6 +205,14 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// See [`LogSymbolizer::annotate`].
+pub enum Annotation {
+    Append(String),
+    Nothing,
+    /// Nothing for any frame of this line's module (no line information, or unreadable).
+    NothingInModule,
+}
+
 pub struct LogSymbolizer {
     symbolizer: Symbolizer,
     /// The text added to each frame already seen, by module then pc: an exit report repeats a
@@ -243,6 +251,21 @@ impl LogSymbolizer {
                     .map(String::into_boxed_str)
             })
             .as_deref()
+    }
+
+    /// What `run`'s annotation server (`annotate`) answers for a frame line the library is
+    /// about to print: the same text `write_line` would append to it.
+    pub fn annotate(&mut self, line: &[u8]) -> Annotation {
+        let Some(f) = parse_frame(line) else {
+            return Annotation::Nothing;
+        };
+        if self.symbolizer.has_line_info(f.module) != Some(true) {
+            return Annotation::NothingInModule;
+        }
+        match self.added(&f) {
+            Some(text) => Annotation::Append(text.to_string()),
+            None => Annotation::Nothing,
+        }
     }
 
     /// Writes `line` (with or without its newline) with the frame's location added.

@@ -4,6 +4,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod annotate;
 mod args;
 mod cli;
 mod device;

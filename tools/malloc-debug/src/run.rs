@@ -4,9 +4,11 @@
 //!
 //! Before anything runs, the option string goes through the library's own parser (`options`);
 //! without `--options`, [`DEFAULT_OPTIONS`] is used and the first line on stderr says so.
-//! When the options collect backtraces, the program's stderr is piped through the CLI, which
-//! adds `FUNCTION at FILE:LINE` to the log's frame lines (`logsym`); otherwise (or with
-//! `--no-symbolize`) the command is exec'd and keeps the terminal as its stderr.
+//! When the options collect backtraces, the log's frame lines get `FUNCTION at FILE:LINE`
+//! (`logsym`): the library asks the CLI's annotation server (`annotate`) as it renders each
+//! distinct frame, and the command keeps its own stderr; with `backtrace_full`, whose lines the
+//! library renders one by one, the program's stderr is piped through the CLI instead. Without
+//! backtraces (or with `--no-symbolize`) the command is exec'd.
 
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -97,7 +99,7 @@ const FLAGS: &[Flag<Args>] = &[
         short: None,
         value: None,
         help: "leave the log's frame lines as the library writes them\n\
-               (CMD's stderr is then not piped through malloc-debug)",
+               (CMD is then exec'd: no annotation server, no pipe)",
         set: |a, _| {
             a.no_symbolize = true;
             Ok(())
@@ -285,7 +287,15 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
     let gate = args.error_exitcode.zip(extras.marker.clone());
     let backtraces = bits.is_some_and(|b| b & options::BACKTRACE != 0);
     if backtraces && !args.no_symbolize {
-        let code = symbolized(command, &args)?;
+        let full = bits.is_some_and(|b| b & options::BACKTRACE_FULL != 0);
+        let server = (!full)
+            .then(|| crate::annotate::Server::start(args.symbols.clone()))
+            .and_then(|s| s.ok());
+        if let Some(server) = &server {
+            command.env(crate::annotate::SOCKET_ENV, server.socket());
+        }
+        let code = supervise(command, &args, server.is_none())?;
+        drop(server);
         return Ok(match gate {
             Some((n, marker)) if crate::run_gate::marked(&marker) => ExitCode::from(n),
             _ => code,
@@ -319,11 +329,14 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
-/// Runs the command with its stderr piped through the log symbolizer, and ends the way the
-/// command ended. The CLI outlives the command so that no log line is lost: it ignores the
-/// terminal's SIGINT/SIGQUIT (the command gets them too) and forwards SIGTERM/SIGHUP.
-fn symbolized(mut command: Command, args: &Args) -> Result<ExitCode> {
-    command.stderr(Stdio::piped());
+/// Runs the command, with its stderr piped through the log symbolizer when `pipe`, and ends the
+/// way the command ended. The CLI outlives the command so that no log line is lost and the
+/// annotation server answers to the end: it ignores the terminal's SIGINT/SIGQUIT (the command
+/// gets them too) and forwards SIGTERM/SIGHUP.
+fn supervise(mut command: Command, args: &Args, pipe: bool) -> Result<ExitCode> {
+    if pipe {
+        command.stderr(Stdio::piped());
+    }
     let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {

@@ -113,6 +113,12 @@ impl Symbolizer {
         self.module(module).map(|m| m.lookup_vaddr(vaddr, false))
     }
 
+    /// Whether `module` has DWARF line information (in itself or a separate debug file);
+    /// `None` when it cannot be read.
+    pub fn has_line_info(&mut self, module: &str) -> Option<bool> {
+        self.module(module).map(|m| m.dwarf.is_some())
+    }
+
     fn module(&mut self, name: &str) -> Option<Rc<Module>> {
         if name.is_empty() || name.starts_with('[') {
             return None;

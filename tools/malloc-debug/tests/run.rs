@@ -292,3 +292,52 @@ fn program_filter() {
     );
     assert!(!log.contains("sh: malloc debug enabled"), "{log}");
 }
+
+/// With backtraces, `run` adds source locations to the log's frame lines without piping the
+/// program's stderr: the library asks the CLI's annotation server for each distinct frame
+/// (tools/malloc-debug/src/annotate.rs), so the program writes to the stderr it was given.
+/// `backtrace_full`, whose lines the library renders one by one, still goes through the pipe;
+/// `--no-symbolize` adds nothing. The fast format's frame line of `make` is checked.
+#[test]
+fn run_annotates_frames_and_leaves_the_program_its_own_stderr() {
+    let prog = compile("stderr_kind");
+    for (options, extra, expect_stderr, annotated) in [
+        ("backtrace leak_track", None, "not a pipe", Some(true)),
+        ("backtrace backtrace_full leak_track", None, "pipe", None),
+        (
+            "backtrace leak_track",
+            Some("--no-symbolize"),
+            "not a pipe",
+            Some(false),
+        ),
+    ] {
+        let dir = tmp_dir("stderr-kind");
+        let log_path = dir.join("stderr.txt");
+        let log_file = std::fs::File::create(&log_path).unwrap();
+        let mut cmd = cli();
+        cmd.args(["run", "--options", options]);
+        if let Some(e) = extra {
+            cmd.arg(e);
+        }
+        let out = cmd.arg("--").arg(&prog).stderr(log_file).output().unwrap();
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{options}: {log}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{expect_stderr}\n"),
+            "{options}"
+        );
+        let Some(annotated) = annotated else {
+            continue;
+        };
+        let make = log
+            .lines()
+            .find(|l| l.contains(" (make+") || l.contains(" (make)"))
+            .unwrap_or_else(|| panic!("{options}: no frame of make in\n{log}"));
+        assert_eq!(
+            make.contains("  make at ") && make.ends_with("stderr_kind.c:8"),
+            annotated,
+            "{options} {extra:?}: {make}"
+        );
+    }
+}
