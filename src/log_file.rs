@@ -82,7 +82,8 @@ pub fn write_or_stderr(bytes: &[u8]) {
     crate::platform::set_errno(errno);
 }
 
-fn stat_of(fd: i32) -> Option<(u64, u64)> {
+/// The (device, inode) of descriptor `fd`, if it is open.
+pub fn stat_of(fd: i32) -> Option<(u64, u64)> {
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes a whole `stat` into `st` on success.
     if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {

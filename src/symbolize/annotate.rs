@@ -42,6 +42,9 @@ fn slot(module: u64) -> usize {
 pub struct Annotator {
     /// The connected socket, NOT_CONNECTED, or OFF (no server, or it failed).
     fd: i32,
+    /// The socket's identity (device, inode): another thread of the program may close the
+    /// descriptor and reuse its number for a file of its own during a report.
+    identity: (u64, u64),
     /// The process that connected `fd`.
     pid: i32,
     silent: [u64; SILENT],
@@ -61,6 +64,7 @@ impl Annotator {
     pub const fn new() -> Self {
         Annotator {
             fd: NOT_CONNECTED,
+            identity: (0, 0),
             pid: 0,
             silent: [0; SILENT],
             inbox: Inbox {
@@ -159,6 +163,12 @@ impl Annotator {
         if self.fd == NOT_CONNECTED {
             self.fd = connect().unwrap_or(OFF);
             self.pid = pid;
+            self.identity = identity(self.fd).unwrap_or((0, 0));
+            return self.fd >= 0;
+        }
+        if self.fd >= 0 && identity(self.fd) != Some(self.identity) {
+            // Not our socket any more: the number belongs to the program now, left alone.
+            self.fd = OFF;
         }
         self.fd >= 0
     }
@@ -188,6 +198,13 @@ impl Drop for Annotator {
 pub fn configured() -> bool {
     // SAFETY: a NUL-terminated name; getenv neither allocates nor keeps the pointer.
     !unsafe { libc::getenv(SOCKET_ENV.as_ptr()) }.is_null()
+}
+
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    if fd < 0 {
+        return None;
+    }
+    crate::log_file::stat_of(fd)
 }
 
 fn connect() -> Option<i32> {
@@ -231,7 +248,11 @@ fn connect() -> Option<i32> {
             libc::close(fd);
             return None;
         }
-        Some(fd)
+        // Above the standard descriptors, which a program that closed them may reopen by
+        // number (as the log file does, src/log_file.rs).
+        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
+        libc::close(fd);
+        (high >= 0).then_some(high)
     }
 }
 
