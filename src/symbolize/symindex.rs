@@ -298,41 +298,31 @@ mod tests {
             (0x050, 0x400, 5), // spans everything, last in the table
             (0x500, 0x10, 200),
         ];
+        // (pick, address, name skipped (0: none), expected (name, symbol start)).
+        let cases = [
+            (Pick::First, 0x185, 0, Some((1, 0x100))),
+            (Pick::First, 0x300, 0, Some((5, 0x50))),
+            (Pick::First, 0x500, 0, Some((u32::MAX, 0x500))),
+            (Pick::First, 0x10, 0, None),
+            (Pick::Closest, 0x185, 0, Some((2, 0x180))),
+            (Pick::Closest, 0x1f0, 0, Some((1, 0x100))),
+            (Pick::Closest, 0x460, 0, None),
+            // A skipped name gives way to the next candidate in the reader's order.
+            (Pick::First, 0x185, 1, Some((2, 0x180))),
+            (Pick::Closest, 0x185, 2, Some((3, 0x180))),
+        ];
         for shift in [0, 40] {
             let at = |v: u64| v << shift;
+            for (pick, addr, skipped, want) in cases {
+                let got = index(&syms, pick, shift).find(at(addr), |n| n == skipped);
+                let want = want.map(|(name, start)| (name, at(addr) - at(start)));
+                assert_eq!(got, want, "{pick:?} {addr:#x} shift {shift}");
+            }
             let first = index(&syms, Pick::First, shift);
             assert_eq!(
-                first.find(at(0x185), |_| false),
-                Some((1, at(0x185) - at(0x100)))
-            );
-            assert_eq!(
-                first.find(at(0x300), |_| false),
-                Some((5, at(0x300) - at(0x50)))
-            );
-            assert_eq!(first.find(at(0x500), |_| false), Some((u32::MAX, 0)));
-            assert_eq!(first.find(at(0x10), |_| false), None);
-            let closest = index(&syms, Pick::Closest, shift);
-            assert_eq!(
-                closest.find(at(0x185), |_| false),
-                Some((2, at(0x185) - at(0x180)))
-            );
-            assert_eq!(
-                closest.find(at(0x1f0), |_| false),
-                Some((1, at(0x1f0) - at(0x100)))
-            );
-            assert_eq!(closest.find(at(0x460), |_| false), None);
-            // A skipped name gives way to the next candidate in the reader's order.
-            assert_eq!(
-                first.find(at(0x185), |n| n == 1),
-                Some((2, at(0x185) - at(0x180)))
-            );
-            assert_eq!(
                 first.find(at(0x185), |n| n != 5),
-                Some((5, at(0x185) - at(0x50)))
-            );
-            assert_eq!(
-                closest.find(at(0x185), |n| n == 2),
-                Some((3, at(0x185) - at(0x180)))
+                Some((5, at(0x185) - at(0x50))),
+                "every name but the outermost skipped"
             );
         }
     }

@@ -40,13 +40,7 @@ impl Server {
     /// Binds a socket in a fresh private directory and serves it on a thread of its own
     /// (detached: it lives until the CLI exits).
     pub fn start(symbols: Option<PathBuf>) -> std::io::Result<Server> {
-        let dir = std::env::temp_dir().join(format!(
-            "malloc-debug-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        ));
+        let dir = crate::run_gate::unique_temp_path("malloc-debug-annotate.");
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)

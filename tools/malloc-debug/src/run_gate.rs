@@ -39,13 +39,7 @@ pub fn extras(
     }
     let mut marker = None;
     if error_exitcode.is_some() {
-        let path = std::env::temp_dir().join(format!(
-            "malloc-debug-errors.{}.{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        ));
+        let path = unique_temp_path("malloc-debug-errors.");
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -134,4 +128,16 @@ pub fn run_and_gate(mut command: Command, program: &OsString, code: u8, marker: 
         return ExitCode::from(code);
     }
     ExitCode::from(status.code().unwrap_or(1) as u8)
+}
+
+/// A path in the temporary directory no other run uses: `stem`, this process's id, the time
+/// in nanoseconds.
+pub fn unique_temp_path(stem: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "{stem}{}.{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ))
 }
