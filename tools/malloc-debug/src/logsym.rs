@@ -73,7 +73,9 @@ fn parse_frame(line: &[u8]) -> Option<Frame<'_>> {
         while i < b.len() && b[i].is_ascii_digit() {
             i += 1;
         }
-        if i - from < 2 {
+        // One digit or more: the fast format pads frame numbers to two, `backtrace_full`'s
+        // does not (`#1  pc ...`).
+        if i == from {
             continue;
         }
         let pc_at = blanks(i);
@@ -454,7 +456,12 @@ mod tests {
             f("#01  pc 11ad  /data/app/x.apk (offset 0x4000) (f+1)"),
             None
         );
-        assert_eq!(f("#1 pc 11ad /bin/prog"), None);
+        // backtrace_full's frame numbers are not padded.
+        assert_eq!(
+            f("          #1  pc 00000000000011ad  (offset 0x1000) /bin/prog (main+16)"),
+            want
+        );
+        assert_eq!(f("# pc 11ad /bin/prog"), None);
         assert_eq!(f("#01  pc 11ad  <unknown>"), None);
         assert_eq!(f("no frame # here"), None);
     }

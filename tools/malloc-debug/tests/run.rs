@@ -297,13 +297,19 @@ fn program_filter() {
 /// program's stderr: the library asks the CLI's annotation server for each distinct frame
 /// (tools/malloc-debug/src/annotate.rs), so the program writes to the stderr it was given.
 /// `backtrace_full`, whose lines the library renders one by one, still goes through the pipe;
-/// `--no-symbolize` adds nothing. The fast format's frame line of `make` is checked.
+/// `--no-symbolize` adds nothing. The frame line of `make` is checked in both formats (the full
+/// format's frame numbers have one digit: `#1  pc ...`).
 #[test]
 fn run_annotates_frames_and_leaves_the_program_its_own_stderr() {
     let prog = compile("stderr_kind");
     for (options, extra, expect_stderr, annotated) in [
         ("backtrace leak_track", None, "not a pipe", Some(true)),
-        ("backtrace backtrace_full leak_track", None, "pipe", None),
+        (
+            "backtrace backtrace_full leak_track",
+            None,
+            "pipe",
+            Some(true),
+        ),
         (
             "backtrace leak_track",
             Some("--no-symbolize"),
