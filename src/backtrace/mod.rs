@@ -164,6 +164,7 @@ pub fn annotating() -> bool {
 /// The `backtrace_full` format (docs/spec/errors.md#full-format): one ERROR record per frame.
 pub fn log_frames_full(frames: &[usize]) {
     crate::symbolize::with_symbolizer(|res| {
+        res.prepare(frames);
         format::full_block(frames, res, &mut |rec| {
             crate::log::write_record(Priority::Error, TAG, rec)
         })

@@ -33,6 +33,8 @@ pub struct Request {
     pub module: Option<u64>,
     /// The rendered line, newline included; annotated in place.
     pub line: StackBuf<1024>,
+    /// How many bytes the annotation added (before the newline).
+    pub added: usize,
 }
 
 fn slot(module: u64) -> usize {
@@ -141,6 +143,7 @@ impl Annotator {
                 out.push_bytes(b"\n");
                 if !out.truncated() {
                     r.line = out;
+                    r.added = text.len();
                 }
             }
             b"-" => {

@@ -125,6 +125,11 @@ pub trait Resolver {
         self.resolve(pc, &mut |r| fast_line(out, index, r));
     }
 
+    /// Appends frame `index`'s [`full_line`] for `pc` to `out`.
+    fn full_line(&mut self, index: usize, pc: usize, out: &mut StackBuf<RECORD>) {
+        self.resolve(pc, &mut |r| full_line(out, index, r));
+    }
+
     /// Calls `f` with frame `index`'s [`fast_line`] for `pc` as parts, without the newline (a
     /// caching resolver hands its kept text over without copying it into a line first).
     fn fast_line_parts(&mut self, index: usize, pc: usize, f: &mut dyn FnMut(&[&[u8]])) {
@@ -181,7 +186,7 @@ pub fn full_block(
 ) {
     for (i, &pc) in frames.iter().enumerate() {
         let mut rec = StackBuf::<RECORD>::new();
-        res.resolve(pc, &mut |r| full_line(&mut rec, i, r));
+        res.full_line(i, pc, &mut rec);
         emit(&mut rec);
     }
 }

@@ -85,6 +85,9 @@ struct Frame {
     symbol: Option<(Str, u64)>,
     /// The fast format's line after its frame number (`pc ...\n`), once rendered.
     fast_tail: Option<Str>,
+    /// What `malloc-debug run` adds to this pc's frame lines, once asked (rendered.rs).
+    #[cfg_attr(target_os = "android", allow(dead_code))]
+    annotation: Option<Str>,
     /// Waiting in `Symbolizer::queued` for its line to be rendered (rendered.rs).
     #[cfg_attr(target_os = "android", allow(dead_code))]
     queued: bool,
@@ -189,6 +192,10 @@ impl Symbolizer {
 
     /// The cache index of `pc`'s description, resolving it first if needed; the description
     /// itself when it could not be cached (out of memory).
+    #[allow(
+        clippy::result_large_err,
+        reason = "the description itself is the rare out-of-memory answer; nothing to box it in"
+    )]
     fn frame_index(&mut self, pc: usize) -> Result<usize, Frame> {
         if let Some(i) = self.cached(pc) {
             return Ok(i);

@@ -56,6 +56,22 @@ impl Resolver for Symbolizer {
         }
     }
 
+    /// The full format's line, with what `malloc-debug run` adds to the pc's frame lines (asked
+    /// with the fast line, `fast_tail`).
+    fn full_line(&mut self, index: usize, pc: usize, out: &mut StackBuf<{ format::RECORD }>) {
+        let fr = self.frame(pc);
+        self.with_resolved(&fr, |r| format::full_line(out, index, r));
+        #[cfg(not(target_os = "android"))]
+        if super::annotating() {
+            let _ = self.fast_tail(pc);
+            if let Ok(i) = self.frame_index(pc)
+                && let Some(a) = self.frames.as_slice()[i].annotation
+            {
+                out.push_bytes(self.str(a));
+            }
+        }
+    }
+
     fn fast_line_parts(&mut self, index: usize, pc: usize, f: &mut dyn FnMut(&[&[u8]])) {
         let Some(tail) = self.fast_tail(pc) else {
             let mut line = StackBuf::<1024>::new();
@@ -153,11 +169,18 @@ impl Symbolizer {
                 frame: i,
                 module,
                 line: self.render(i),
+                added: 0,
             });
             n += 1;
         }
         self.annotator.annotate(&mut requests[..n]);
         for r in requests[..n].iter().flatten() {
+            // The annotation alone too, for the full format (`Resolver::full_line`).
+            let line = r.line.as_bytes();
+            let end = line.len().saturating_sub(1);
+            let added = line.get(end.saturating_sub(r.added)..end).unwrap_or(&[]);
+            let kept = keep_in(&mut self.strings, added);
+            self.frames.as_mut_slice()[r.frame].annotation = Some(kept);
             self.keep_tail(r.frame, &r.line);
         }
     }

@@ -11,7 +11,6 @@ use crate::{Result, err};
 
 /// The option bits (the library's `config::bits`) the CLI needs.
 pub const BACKTRACE: u64 = 0x4;
-pub const BACKTRACE_FULL: u64 = 0x400;
 
 /// What the library said about an option string.
 pub enum Checked {

@@ -6,9 +6,9 @@
 //! without `--options`, [`DEFAULT_OPTIONS`] is used and the first line on stderr says so.
 //! When the options collect backtraces, the log's frame lines get `FUNCTION at FILE:LINE`
 //! (`logsym`): the library asks the CLI's annotation server (`annotate`) as it renders each
-//! distinct frame, and the command keeps its own stderr; with `backtrace_full`, whose lines the
-//! library renders one by one, the program's stderr is piped through the CLI instead. Without
-//! backtraces (or with `--no-symbolize`) the command is exec'd.
+//! distinct frame, and the command keeps its own stderr (piped through the CLI instead only if
+//! the server cannot be started). Without backtraces (or with `--no-symbolize`) the command is
+//! exec'd.
 
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -287,10 +287,8 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
     let gate = args.error_exitcode.zip(extras.marker.clone());
     let backtraces = bits.is_some_and(|b| b & options::BACKTRACE != 0);
     if backtraces && !args.no_symbolize {
-        let full = bits.is_some_and(|b| b & options::BACKTRACE_FULL != 0);
-        let server = (!full)
-            .then(|| crate::annotate::Server::start(args.symbols.clone()))
-            .and_then(|s| s.ok());
+        // Piped through the CLI only if the server cannot be started.
+        let server = crate::annotate::Server::start(args.symbols.clone()).ok();
         if let Some(server) = &server {
             command.env(crate::annotate::SOCKET_ENV, server.socket());
         }
