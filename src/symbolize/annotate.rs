@@ -197,10 +197,21 @@ impl Drop for Annotator {
     }
 }
 
-/// Whether the program runs under `malloc-debug run`'s annotation server.
+/// Whether the program runs under `malloc-debug run`'s annotation server (read once: `run`
+/// sets the variable before the program starts; reports ask for every frame).
 pub fn configured() -> bool {
-    // SAFETY: a NUL-terminated name; getenv neither allocates nor keeps the pointer.
-    !unsafe { libc::getenv(SOCKET_ENV.as_ptr()) }.is_null()
+    use core::sync::atomic::{AtomicU8, Ordering};
+    static KNOWN: AtomicU8 = AtomicU8::new(0);
+    match KNOWN.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            // SAFETY: a NUL-terminated name; getenv neither allocates nor keeps the pointer.
+            let set = !unsafe { libc::getenv(SOCKET_ENV.as_ptr()) }.is_null();
+            KNOWN.store(if set { 2 } else { 1 }, Ordering::Relaxed);
+            set
+        }
+    }
 }
 
 fn identity(fd: i32) -> Option<(u64, u64)> {

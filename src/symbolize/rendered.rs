@@ -15,7 +15,10 @@ use crate::fmt::StackBuf;
 impl Resolver for Symbolizer {
     fn prepare(&mut self, frames: &[usize]) {
         #[cfg(not(target_os = "android"))]
-        for &pc in frames {
+        for &pc in frames
+            .iter()
+            .take(if super::annotating() { frames.len() } else { 0 })
+        {
             let Ok(i) = self.frame_index(pc) else {
                 continue;
             };
@@ -95,19 +98,18 @@ impl Symbolizer {
         if let Some(t) = self.frames.as_slice()[i].fast_tail {
             return Some(t);
         }
+        // The batch of requests takes 17 KiB of stack: only when there is a server to ask (a
+        // report may run on a thread with a small stack).
         #[cfg(not(target_os = "android"))]
-        {
+        if super::annotating() {
             self.keep_queued();
             if self.frames.as_slice()[i].fast_tail.is_none() {
                 self.keep_tails(&[i]);
             }
-            self.frames.as_slice()[i].fast_tail
+            return self.frames.as_slice()[i].fast_tail;
         }
-        #[cfg(target_os = "android")]
-        {
-            let line = self.render(i);
-            self.keep_tail(i, &line)
-        }
+        let line = self.render(i);
+        self.keep_tail(i, &line)
     }
 
     /// Frame `i`'s fast line with frame number 0.
