@@ -103,15 +103,12 @@ impl Annotator {
                 .zip(&asked)
                 .filter_map(|(r, &a)| r.as_ref().filter(|_| a))
             {
+                // A line is at most 1 KiB: it always fits an emptied buffer.
                 if out.len() + r.line.len() > 4096 {
                     sent &= write_all(self.fd, out.as_bytes());
                     out.clear();
                 }
-                if r.line.len() > 4096 {
-                    sent &= write_all(self.fd, r.line.as_bytes());
-                } else {
-                    out.push_bytes(r.line.as_bytes());
-                }
+                out.push_bytes(r.line.as_bytes());
             }
             sent &= out.is_empty() || write_all(self.fd, out.as_bytes());
             for (r, &a) in requests.iter_mut().zip(&asked) {
@@ -166,10 +163,10 @@ impl Annotator {
         if self.fd == NOT_CONNECTED {
             self.fd = connect().unwrap_or(OFF);
             self.pid = pid;
-            self.identity = identity(self.fd).unwrap_or((0, 0));
+            self.identity = crate::log_file::stat_of(self.fd).unwrap_or((0, 0));
             return self.fd >= 0;
         }
-        if self.fd >= 0 && identity(self.fd) != Some(self.identity) {
+        if self.fd >= 0 && crate::log_file::stat_of(self.fd) != Some(self.identity) {
             // Not our socket any more: the number belongs to the program now, left alone.
             self.fd = OFF;
         }
@@ -212,13 +209,6 @@ pub fn configured() -> bool {
             set
         }
     }
-}
-
-fn identity(fd: i32) -> Option<(u64, u64)> {
-    if fd < 0 {
-        return None;
-    }
-    crate::log_file::stat_of(fd)
 }
 
 fn connect() -> Option<i32> {

@@ -88,9 +88,6 @@ struct Frame {
     /// What `malloc-debug run` adds to this pc's frame lines, once asked (rendered.rs).
     #[cfg_attr(target_os = "android", allow(dead_code))]
     annotation: Option<Str>,
-    /// Waiting in `Symbolizer::queued` for its line to be rendered (rendered.rs).
-    #[cfg_attr(target_os = "android", allow(dead_code))]
-    queued: bool,
     /// The source file, once looked up (`Some(None)`: none known).
     source: Option<Option<Str>>,
 }
@@ -112,7 +109,8 @@ pub struct Symbolizer {
     /// Open-addressing table of `frames` indexes + 1 (0 = empty), keyed by pc.
     table: PageVec<u32>,
     frames: PageVec<Frame>,
-    /// Frames (indexes) whose lines wait to be rendered and annotated together (rendered.rs).
+    /// Frames (indexes) whose lines wait to be rendered and annotated together, fewer than a
+    /// batch (rendered.rs).
     #[cfg(not(target_os = "android"))]
     queued: PageVec<u32>,
     strings: PageVec<u8>,

@@ -15,23 +15,20 @@ use crate::fmt::StackBuf;
 impl Resolver for Symbolizer {
     fn prepare(&mut self, frames: &[usize]) {
         #[cfg(not(target_os = "android"))]
-        for &pc in frames
-            .iter()
-            .take(if super::annotating() { frames.len() } else { 0 })
-        {
-            let Ok(i) = self.frame_index(pc) else {
-                continue;
-            };
-            let fr = &mut self.frames.as_mut_slice()[i];
-            if fr.fast_tail.is_some() || fr.queued {
-                continue;
-            }
-            fr.queued = true;
-            if self.queued.push(i as u32).is_none() {
-                fr.queued = false;
-            }
-            if self.queued.len() >= super::annotate::BATCH {
-                self.keep_queued();
+        if super::annotating() {
+            for &pc in frames {
+                let Ok(i) = self.frame_index(pc) else {
+                    continue;
+                };
+                // The queue is shorter than a batch: it is flushed when it reaches one.
+                let queued = self.queued.as_slice().contains(&(i as u32));
+                if self.frames.as_slice()[i].fast_tail.is_some() || queued {
+                    continue;
+                }
+                let _ = self.queued.push(i as u32);
+                if self.queued.len() >= super::annotate::BATCH {
+                    self.keep_queued();
+                }
             }
         }
         #[cfg(target_os = "android")]
@@ -133,22 +130,16 @@ impl Symbolizer {
         Some(t)
     }
 
-    /// Keeps the lines of the queued frames, a batch at a time.
+    /// Keeps the lines of the queued frames (at most a batch).
     #[cfg(not(target_os = "android"))]
     fn keep_queued(&mut self) {
         let mut batch = [0usize; super::annotate::BATCH];
-        while self.queued.len() > 0 {
-            let n = self.queued.len().min(batch.len());
-            let from = self.queued.len() - n;
-            for (b, &i) in batch.iter_mut().zip(&self.queued.as_slice()[from..]) {
-                *b = i as usize;
-            }
-            self.queued.truncate(from);
-            for &i in &batch[..n] {
-                self.frames.as_mut_slice()[i].queued = false;
-            }
-            self.keep_tails(&batch[..n]);
+        let n = self.queued.len().min(batch.len());
+        for (b, &i) in batch.iter_mut().zip(self.queued.as_slice()) {
+            *b = i as usize;
         }
+        self.queued.truncate(0);
+        self.keep_tails(&batch[..n]);
     }
 
     /// Renders and keeps the lines of the frames (indexes) in `frames` (at most

@@ -94,28 +94,9 @@ impl SymbolIndex {
             order: (table.first_order + i) as u32,
             name,
         };
-        let mut entries = if count < 1 << POSITION_BITS {
-            let mut keys = PageVec::<u64>::with_capacity_filled(count)?;
-            let mut packed = true;
-            for i in 0..count {
-                if let Some((start, _, _)) = accepted(i) {
-                    packed &= start >> (64 - POSITION_BITS) == 0;
-                    keys.push(start << POSITION_BITS | i as u64)?;
-                }
-            }
-            if packed {
-                radix_sort_above(&mut keys, POSITION_BITS)?;
-                let mut entries = PageVec::<Entry>::with_capacity_filled(keys.len())?;
-                for &k in keys.as_slice() {
-                    let i = (k & POSITION_MASK) as usize;
-                    entries.push(entry(i, accepted(i)?))?;
-                }
-                entries
-            } else {
-                by_comparison(count, &accepted, &entry)?
-            }
-        } else {
-            by_comparison(count, &accepted, &entry)?
+        let mut entries = match by_packed_keys(count, &accepted, &entry)? {
+            Some(entries) => entries,
+            None => by_comparison(count, &accepted, &entry)?,
         };
         let mut max_end = 0;
         for e in entries.as_mut_slice() {
@@ -155,6 +136,35 @@ impl SymbolIndex {
         }
         best.map(|e| (e.name, vaddr - e.start))
     }
+}
+
+/// Entries sorted through packed keys (the module doc's three passes); `Some(None)` when the
+/// table does not fit them (2^24 symbols or more, a start at 2^40 or more), `None` when memory
+/// runs out.
+fn by_packed_keys(
+    count: usize,
+    accepted: &impl Fn(usize) -> Option<(u64, u64, u32)>,
+    entry: &impl Fn(usize, (u64, u64, u32)) -> Entry,
+) -> Option<Option<PageVec<Entry>>> {
+    if count >= 1 << POSITION_BITS {
+        return Some(None);
+    }
+    let mut keys = PageVec::<u64>::with_capacity_filled(count)?;
+    for i in 0..count {
+        if let Some((start, _, _)) = accepted(i) {
+            if start >> (64 - POSITION_BITS) != 0 {
+                return Some(None);
+            }
+            keys.push(start << POSITION_BITS | i as u64)?;
+        }
+    }
+    radix_sort_above(&mut keys, POSITION_BITS)?;
+    let mut entries = PageVec::<Entry>::with_capacity_filled(keys.len())?;
+    for &k in keys.as_slice() {
+        let i = (k & POSITION_MASK) as usize;
+        entries.push(entry(i, accepted(i)?))?;
+    }
+    Some(Some(entries))
 }
 
 /// The fallback for tables the packed keys cannot describe: entries sorted by (start, order).
