@@ -64,6 +64,10 @@ pub struct Entry {
     pub end_ns: u64,
 }
 
+/// Tickets whose slots are backed with memory at once, ahead of use (`populate_after`): 256 KiB
+/// of slots, one `madvise` per 4,096 calls.
+const POPULATE_SLOTS: u64 = 4096;
+
 /// One slot: 64 bytes, so slots never share a cache line.
 #[repr(C, align(64))]
 struct Slot {
@@ -126,7 +130,34 @@ impl Buffer {
         };
         self.slots.store(p.as_ptr().cast(), Ordering::Release);
         self.capacity.store(capacity as u64, Ordering::Release);
+        self.populate_chunk(0);
         true
+    }
+
+    /// On the first pass over the ring, the ticket that opens a chunk of slots backs the next
+    /// chunk with memory. Without it, every 64th call took a page fault, and with two threads
+    /// recording, both threads faulted on most pages (their tickets interleave): 158,000 faults
+    /// for 5M calls instead of 78,000, and a third of the run in the kernel. Later passes reuse
+    /// the pages.
+    #[inline]
+    fn populate_after(&self, ticket: u64) {
+        if ticket.is_multiple_of(POPULATE_SLOTS) && ticket < self.capacity.load(Ordering::Relaxed) {
+            self.populate_chunk(ticket / POPULATE_SLOTS + 1);
+        }
+    }
+
+    #[cold]
+    fn populate_chunk(&self, chunk: u64) {
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        let first = chunk * POPULATE_SLOTS;
+        if first >= capacity {
+            return;
+        }
+        let slots = (capacity - first).min(POPULATE_SLOTS) as usize;
+        let start = self.slot(first) as *const Slot as *mut u8;
+        if let Some(start) = core::ptr::NonNull::new(start) {
+            pages::populate(start, slots * size_of::<Slot>());
+        }
     }
 
     /// Undoes [`Buffer::init`] (a `debug_initialize` that gives up later; no call has
@@ -174,6 +205,7 @@ impl Buffer {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
+                    self.populate_after(next);
                     if next + 1 == low + capacity {
                         log_info!(
                             "Maximum number of records added, all new operations will be dropped."
@@ -334,5 +366,46 @@ mod tests {
             B.fill(B.reserve().unwrap(), entry(tid));
         }
         assert_eq!(written(&B, true), [6, 7, 8, 9]);
+    }
+
+    /// Pages of the slots `[first, first + count)` that are backed with memory.
+    fn resident_pages(b: &Buffer, first: u64, count: u64) -> usize {
+        let page = 4096usize;
+        let start = b.slot(first) as *const Slot as usize;
+        let len = count as usize * size_of::<Slot>();
+        let mut vec = vec![0u8; len.div_ceil(page)];
+        // SAFETY: a page-aligned range inside the buffer's mapping and a vector of one byte per
+        // page.
+        let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        vec.iter().filter(|&&v| v & 1 != 0).count()
+    }
+
+    #[test]
+    fn the_ticket_opening_a_chunk_backs_the_next_one_with_memory() {
+        static B: Buffer = Buffer {
+            slots: AtomicPtr::new(core::ptr::null_mut()),
+            capacity: AtomicU64::new(0),
+            next: AtomicU64::new(0),
+            low: AtomicU64::new(0),
+        };
+        assert!(B.init(3 * POPULATE_SLOTS as usize));
+        let pages = (POPULATE_SLOTS as usize * size_of::<Slot>()) / 4096;
+        assert_eq!(
+            resident_pages(&B, 0, POPULATE_SLOTS),
+            pages,
+            "the first chunk at init"
+        );
+        assert_eq!(resident_pages(&B, POPULATE_SLOTS, POPULATE_SLOTS), 0);
+        B.abandon(B.reserve().unwrap());
+        assert_eq!(resident_pages(&B, POPULATE_SLOTS, POPULATE_SLOTS), pages);
+        assert_eq!(resident_pages(&B, 2 * POPULATE_SLOTS, POPULATE_SLOTS), 0);
+        for _ in 1..POPULATE_SLOTS + 1 {
+            B.abandon(B.reserve().unwrap());
+        }
+        assert_eq!(
+            resident_pages(&B, 2 * POPULATE_SLOTS, POPULATE_SLOTS),
+            pages
+        );
     }
 }
