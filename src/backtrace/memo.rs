@@ -336,11 +336,7 @@ impl MemoTable {
                 if score != 0 {
                     misses.store(after_hit(score), Ordering::Relaxed);
                 }
-                let hit = MemoHit {
-                    memo: index as u32,
-                    seq,
-                    pushed_before: pushed_before as u32,
-                };
+                let hit = MemoHit::new(index, seq, pushed_before);
                 return Replay::Hit(n, hit);
             }
         }

@@ -22,6 +22,7 @@
 //! and a capture that replays no memo reads none of them.
 
 use super::cache::{begin_write, end_write};
+use core::num::NonZeroU64;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
 /// Most prefix frames a note keeps (the prefix is at most MEMO_AFTER frames).
@@ -31,17 +32,38 @@ const NOTES_PER_MEMO: usize = 4;
 
 /// The memo version a capture's replay pushed, and how many frames the walk had pushed
 /// before it.
+///
+/// One non-zero word, so that a capture's `(length, Option<MemoHit>)` is a pair of scalars and
+/// comes back in two registers. Returned through memory (it was three u32 and a tag), the
+/// caller's 16-byte load of what the capture had just stored field by field could not be
+/// forwarded from the store buffer, and stalled every capture on the allocation path.
 #[derive(Clone, Copy, Debug)]
-pub struct MemoHit {
-    pub(super) memo: u32,
-    pub(super) seq: u32,
-    pub(super) pushed_before: u32,
-}
+pub struct MemoHit(
+    /// `seq << 32 | (memo slot + 1) << 16 | frames pushed before`: never zero.
+    NonZeroU64,
+);
 
 impl MemoHit {
+    pub(super) fn new(memo: usize, seq: u32, pushed_before: usize) -> MemoHit {
+        const _: () = assert!(super::memo::MEMO_SLOTS < u16::MAX as usize);
+        const _: () = assert!(super::MAX_FRAMES <= u16::MAX as usize);
+        let packed = (u64::from(seq) << 32) | ((memo as u64 + 1) << 16) | pushed_before as u64;
+        MemoHit(NonZeroU64::new(packed).unwrap_or(NonZeroU64::MIN))
+    }
+
+    /// The memo slot replayed.
+    pub(super) fn memo(&self) -> usize {
+        ((self.0.get() >> 16) & 0xffff) as usize - 1
+    }
+
+    /// The memo slot's version when it was replayed.
+    pub(super) fn seq(&self) -> u32 {
+        (self.0.get() >> 32) as u32
+    }
+
     /// How many of the capture's first frames came before the memo's.
     pub fn prefix_len(&self) -> usize {
-        self.pushed_before as usize
+        (self.0.get() & 0xffff) as usize
     }
 }
 
@@ -83,8 +105,8 @@ impl Notes {
     /// `hit.prefix_len()` frames), if any.
     #[inline]
     pub fn get(&self, hit: &MemoHit, prefix: &[usize]) -> Option<u64> {
-        let notes = self.notes.get(hit.memo as usize)?;
-        notes.iter().find_map(|note| note.read(hit.seq, prefix))
+        let notes = self.notes.get(hit.memo())?;
+        notes.iter().find_map(|note| note.read(hit.seq(), prefix))
     }
 
     /// Notes `value` for the stack `hit` replayed behind `prefix`, in the memo slot's note for
@@ -92,13 +114,13 @@ impl Notes {
     /// is none, when the chosen note is being written by another thread, or when the prefix is
     /// longer than a note holds.
     pub fn set(&self, hit: &MemoHit, prefix: &[usize], value: u64) {
-        let Some(notes) = self.notes.get(hit.memo as usize) else {
+        let Some(notes) = self.notes.get(hit.memo()) else {
             return;
         };
         if prefix.len() > PREFIX {
             return;
         }
-        let this_version = |n: &&Note| n.version.load(Ordering::Relaxed) == hit.seq;
+        let this_version = |n: &&Note| n.version.load(Ordering::Relaxed) == hit.seq();
         let Some(note) = notes
             .iter()
             .find(|n| this_version(n) && n.holds(prefix))
@@ -109,7 +131,7 @@ impl Notes {
         let Some(s) = begin_write(&note.seq) else {
             return;
         };
-        note.version.store(hit.seq, Ordering::Relaxed);
+        note.version.store(hit.seq(), Ordering::Relaxed);
         note.prefix_len
             .store(prefix.len() as u32, Ordering::Relaxed);
         note.value.store(value, Ordering::Relaxed);
@@ -150,11 +172,7 @@ mod tests {
     use super::*;
 
     fn hit(memo: u32, seq: u32, pushed_before: u32) -> MemoHit {
-        MemoHit {
-            memo,
-            seq,
-            pushed_before,
-        }
+        MemoHit::new(memo as usize, seq, pushed_before as usize)
     }
 
     /// A note answers only the memo version and prefix it was made for; a memo slot keeps
