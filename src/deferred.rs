@@ -24,13 +24,20 @@ pub fn on_entry(state: &State) {
 #[inline(never)]
 fn check_unreachable(state: &State) {
     let _foreign = crate::sync::DisabledScope::enter();
+    // The scan of this thread's stack starts here, with the registers spilled here, before the
+    // work moves to the report stack (the allocating thread's own may be small).
+    let mut spilled = [0usize; 16];
+    let stack_from = crate::unreachable::classify::stack_top(&mut spilled);
     // Inside an allocation call that succeeds: errno stays the caller's.
     crate::platform::keeping_errno(|| {
-        crate::unreachable::check(state);
-        if state.config.leak_unreachable {
-            crate::leaks::summary_on_signal(state);
-        }
+        crate::report_stack::run(|| {
+            crate::unreachable::check(state, stack_from);
+            if state.config.leak_unreachable {
+                crate::leaks::summary_on_signal(state, stack_from);
+            }
+        })
     });
+    core::hint::black_box(&spilled);
 }
 
 #[inline]
@@ -38,7 +45,10 @@ pub fn on_internal_malloc_or_free(state: &State) {
     if state.plan.dump_on_signal && DUMP_PENDING.load(Ordering::Relaxed) {
         // One signal, one dump: only the thread that clears the flag dumps.
         if DUMP_PENDING.swap(false, Ordering::AcqRel) {
-            crate::platform::keeping_errno(|| crate::report::dump_heap_on_signal(state));
+            // On the report stack: the allocating thread's own may be small.
+            crate::platform::keeping_errno(|| {
+                crate::report_stack::run(|| crate::report::dump_heap_on_signal(state))
+            });
         }
     }
     if state.plan.stats_on_signal

@@ -43,7 +43,8 @@ pub extern "C" fn debug_finalize() {
     // alone keeps kilobytes of stack whose dead slots may hold stale heap addresses).
     let mut spilled = [0usize; 16];
     let stack_from = crate::unreachable::classify::stack_top(&mut spilled);
-    keeping_errno(|| crate::lifecycle::finalize(stack_from));
+    // On a stack of the library's own: the thread that exits may have a small one.
+    keeping_errno(|| crate::report_stack::run(|| crate::lifecycle::finalize(stack_from)));
     core::hint::black_box(&spilled);
 }
 
@@ -329,7 +330,9 @@ pub unsafe extern "C" fn debug_get_malloc_leak_info(
             backtrace_size: &mut *backtrace_size,
         }
     };
-    keeping_errno(|| crate::report::get_malloc_leak_info(cx.state, out));
+    keeping_errno(|| {
+        crate::report_stack::run(|| crate::report::get_malloc_leak_info(cx.state, out))
+    });
 }
 
 #[unsafe(no_mangle)]
@@ -353,7 +356,7 @@ pub unsafe extern "C" fn debug_write_malloc_leak_info(fp: *mut libc::FILE) -> bo
         return false;
     };
     let saved = platform::errno();
-    let written = crate::report::write_malloc_leak_info(cx.state, fp);
+    let written = crate::report_stack::run(|| crate::report::write_malloc_leak_info(cx.state, fp));
     if written {
         platform::set_errno(saved);
     }
@@ -370,5 +373,5 @@ pub unsafe extern "C" fn debug_dump_heap(file_name: *const c_char) {
     }
     // SAFETY: the caller passes a NUL-terminated path.
     let name = unsafe { crate::fmt::c_str_bytes(file_name) };
-    keeping_errno(|| crate::report::dump_heap(cx.state, name));
+    keeping_errno(|| crate::report_stack::run(|| crate::report::dump_heap(cx.state, name)));
 }

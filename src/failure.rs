@@ -37,13 +37,26 @@ pub fn divider() {
     log_error!("{}", DIVIDER);
 }
 
-/// `Backtrace at time of failure:` and the current stack (up to 256 frames).
-pub fn log_failure_backtrace(state: &State) {
+/// The current stack (up to 256 frames) into `frames`; returns how many. Called where an error
+/// report starts, on the caller's own stack: the report then runs on the report stack
+/// ([`in_report`]), from where a walk would not reach the program's frames.
+#[inline(never)]
+pub fn capture_failure(frames: &mut [usize; backtrace::MAX_FRAMES]) -> usize {
     let _reserve = crate::pages::ReportScope::enter();
+    backtrace::capture(frames)
+}
+
+/// `Backtrace at time of failure:` and the frames [`capture_failure`] took.
+pub fn log_failure_backtrace(state: &State, frames: &[usize]) {
     log_error!("Backtrace at time of failure:");
-    let mut frames = [0usize; backtrace::MAX_FRAMES];
-    let n = backtrace::capture(&mut frames);
-    log_backtrace_or_failure(state, &frames[..n]);
+    log_backtrace_or_failure(state, frames);
+}
+
+/// Runs an error report's lines on the report stack (docs/design.md, "Reports run on a stack of
+/// their own"): error reports come from inside the program's allocation calls, on any thread,
+/// and their log records and symbolization need more stack than a small thread has.
+pub fn in_report(report: impl FnOnce()) {
+    crate::report_stack::run(report);
 }
 
 /// Logs captured frames in the configured format, or the reference's failure line.

@@ -111,38 +111,42 @@ pub fn verify(state: &State, entry: &Freed, frames: &[usize]) -> bool {
 #[inline(never)]
 fn report_corrupted_tag(state: &State, entry: &Freed, tag: u32) {
     let _foreign = crate::sync::DisabledScope::enter();
-    failure::divider();
-    log_error!(
-        "+++ ALLOCATION 0x{:x} HAS CORRUPTED HEADER TAG 0x{:x} AFTER FREE",
-        entry.pointer(),
-        tag
-    );
-    failure::end_report_of(state, entry.pointer(), entry.alloc_backtrace);
+    failure::in_report(|| {
+        failure::divider();
+        log_error!(
+            "+++ ALLOCATION 0x{:x} HAS CORRUPTED HEADER TAG 0x{:x} AFTER FREE",
+            entry.pointer(),
+            tag
+        );
+        failure::end_report_of(state, entry.pointer(), entry.alloc_backtrace);
+    });
 }
 
 #[cold]
 #[inline(never)]
 fn report_used_after_free(state: &State, entry: &Freed, bytes: &[u8], frames: &[usize]) {
     let _foreign = crate::sync::DisabledScope::enter();
-    failure::divider();
-    log_error!("+++ ALLOCATION 0x{:x} USED AFTER FREE", entry.pointer());
-    for (i, &b) in bytes
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b != FILL_FREE_BYTE)
-    {
-        log_error!(
-            "  allocation[{}] = 0x{:02x} (expected 0x{:02x})",
-            i,
-            b,
-            FILL_FREE_BYTE
-        );
-    }
-    if !frames.is_empty() {
-        log_error!("Backtrace at time of free:");
-        failure::log_backtrace_or_failure(state, frames);
-    }
-    failure::end_report_of(state, entry.pointer(), entry.alloc_backtrace);
+    failure::in_report(|| {
+        failure::divider();
+        log_error!("+++ ALLOCATION 0x{:x} USED AFTER FREE", entry.pointer());
+        for (i, &b) in bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b != FILL_FREE_BYTE)
+        {
+            log_error!(
+                "  allocation[{}] = 0x{:02x} (expected 0x{:02x})",
+                i,
+                b,
+                FILL_FREE_BYTE
+            );
+        }
+        if !frames.is_empty() {
+            log_error!("Backtrace at time of free:");
+            failure::log_backtrace_or_failure(state, frames);
+        }
+        failure::end_report_of(state, entry.pointer(), entry.alloc_backtrace);
+    });
 }
 
 /// Verifies an evicted entry and gives its memory back to the native allocator.

@@ -116,23 +116,27 @@ fn check_one(state: &State, pointer: usize, size: usize, guard: &Guard<'_>, allo
 #[inline(never)]
 fn report(state: &State, pointer: usize, size: usize, guard: &Guard<'_>, alloc_backtrace: u32) {
     let _foreign = crate::sync::DisabledScope::enter();
-    failure::divider();
-    log_error!(
-        "+++ ALLOCATION 0x{:x} SIZE {} HAS A CORRUPTED {} GUARD",
-        pointer,
-        size,
-        guard.which
-    );
-    for (index, b) in guard.mismatches() {
+    let mut failure_frames = [0usize; crate::backtrace::MAX_FRAMES];
+    let failure_len = failure::capture_failure(&mut failure_frames);
+    failure::in_report(|| {
+        failure::divider();
         log_error!(
-            "  allocation[{}] = 0x{:02x} (expected 0x{:02x})",
-            index,
-            b,
-            guard.expected
+            "+++ ALLOCATION 0x{:x} SIZE {} HAS A CORRUPTED {} GUARD",
+            pointer,
+            size,
+            guard.which
         );
-    }
-    failure::log_failure_backtrace(state);
-    failure::end_report_of(state, pointer, alloc_backtrace);
+        for (index, b) in guard.mismatches() {
+            log_error!(
+                "  allocation[{}] = 0x{:02x} (expected 0x{:02x})",
+                index,
+                b,
+                guard.expected
+            );
+        }
+        failure::log_failure_backtrace(state, &failure_frames[..failure_len]);
+        failure::end_report_of(state, pointer, alloc_backtrace);
+    });
 }
 
 #[cfg(test)]

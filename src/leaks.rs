@@ -25,20 +25,10 @@ pub fn report(state: &State, stack_from: usize) {
 }
 
 /// With `leak_unreachable` and `check_unreachable_on_signal`: after the check's own lines, the
-/// summary line of the exit report for the heap as it is now (no leak lines).
+/// summary line of the exit report for the heap as it is now (no leak lines). `stack_from` as
+/// for `report`, taken by the caller (`deferred`).
 #[inline(never)]
-pub fn summary_on_signal(state: &State) {
-    // Runs inside the program's allocation call, which must leave errno alone.
-    let errno = platform::errno();
-    let mut spilled = [0usize; 16];
-    let stack_from = classify::stack_top(&mut spilled);
-    summary_from(state, stack_from);
-    core::hint::black_box(&spilled);
-    platform::set_errno(errno);
-}
-
-#[inline(never)]
-fn summary_from(state: &State, stack_from: usize) {
+pub fn summary_on_signal(state: &State, stack_from: usize) {
     if let Some(snapshot) = Snapshot::take() {
         report_classified(state, snapshot.records(), stack_from, false);
     }

@@ -40,6 +40,7 @@ mod plan;
 mod platform;
 mod record_allocs;
 mod report;
+mod report_stack;
 mod signals;
 mod snapshot;
 mod state;

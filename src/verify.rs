@@ -45,41 +45,45 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
         return;
     }
     let _foreign = crate::sync::DisabledScope::enter();
-    failure::divider();
-    match problem {
-        Problem::Native => {}
-        Problem::UsedAfterFree => {
-            log_error!(
-                "+++ ALLOCATION 0x{:x} USED AFTER FREE ({})",
+    let mut failure_frames = [0usize; crate::backtrace::MAX_FRAMES];
+    let failure_len = failure::capture_failure(&mut failure_frames);
+    failure::in_report(|| {
+        failure::divider();
+        match problem {
+            Problem::Native => {}
+            Problem::UsedAfterFree => {
+                log_error!(
+                    "+++ ALLOCATION 0x{:x} USED AFTER FREE ({})",
+                    pointer,
+                    function
+                )
+            }
+            Problem::InvalidTag(tag) => {
+                log_error!(
+                    "+++ ALLOCATION 0x{:x} HAS INVALID TAG {:x} ({})",
+                    pointer,
+                    tag,
+                    function
+                )
+            }
+            Problem::Unknown => log_error!(
+                "+++ ALLOCATION 0x{:x} UNKNOWN POINTER ({})",
                 pointer,
                 function
-            )
+            ),
         }
-        Problem::InvalidTag(tag) => {
-            log_error!(
-                "+++ ALLOCATION 0x{:x} HAS INVALID TAG {:x} ({})",
-                pointer,
-                tag,
-                function
-            )
+        let mut free_frames = crate::tracking::FrameBuffer::new();
+        if state.plan.hold_freed
+            && crate::free_track::free_backtrace_of(pointer, &mut free_frames)
+            && !free_frames.frames().is_empty()
+        {
+            log_error!("Backtrace of original free:");
+            failure::log_backtrace_or_failure(state, free_frames.frames());
         }
-        Problem::Unknown => log_error!(
-            "+++ ALLOCATION 0x{:x} UNKNOWN POINTER ({})",
-            pointer,
-            function
-        ),
-    }
-    let mut free_frames = crate::tracking::FrameBuffer::new();
-    if state.plan.hold_freed
-        && crate::free_track::free_backtrace_of(pointer, &mut free_frames)
-        && !free_frames.frames().is_empty()
-    {
-        log_error!("Backtrace of original free:");
-        failure::log_backtrace_or_failure(state, free_frames.frames());
-    }
-    failure::log_failure_backtrace(state);
-    let allocation = crate::error_context::allocation_of(state, pointer);
-    failure::end_report_with(state, pointer, allocation);
+        failure::log_failure_backtrace(state, &failure_frames[..failure_len]);
+        let allocation = crate::error_context::allocation_of(state, pointer);
+        failure::end_report_with(state, pointer, allocation);
+    });
 }
 
 /// What [`check_and_untrack`] decided about a block being freed or reallocated.

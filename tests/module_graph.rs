@@ -14,8 +14,19 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "platform and system",
         &[
-            "bytes", "config", "dispatch", "errors", "fmt", "log", "log_file", "mutex", "output",
-            "pages", "platform", "sync",
+            "bytes",
+            "config",
+            "dispatch",
+            "errors",
+            "fmt",
+            "log",
+            "log_file",
+            "mutex",
+            "output",
+            "pages",
+            "platform",
+            "report_stack",
+            "sync",
         ],
     ),
     (

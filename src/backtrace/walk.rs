@@ -305,7 +305,10 @@ fn slow_lookup(ra: usize, generation: &mut u32) -> (Packed, bool) {
     }
     #[cfg(test)]
     MISSES.fetch_add(1, Ordering::Relaxed);
-    let e = cfi::lookup(ra);
+    // The table search (dl_iterate_phdr, then gimli's evaluation of the CFI program) is deep:
+    // on a thread with a 16 KiB stack it overflowed. It runs on a stack of the library's own
+    // (docs/design.md, "Reports run on a stack of their own"); the walk itself stays here.
+    let e = crate::report_stack::run(|| cfi::lookup(ra));
     // Rules of code that is never unloaded hold in every generation. (The generation was
     // read before the lookup: a module loaded in between is at worst cached under a
     // generation that is already stale, never the other way round.)

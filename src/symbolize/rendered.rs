@@ -95,8 +95,9 @@ impl Symbolizer {
         if let Some(t) = self.frames.as_slice()[i].fast_tail {
             return Some(t);
         }
-        // The batch of requests takes 17 KiB of stack: only when there is a server to ask (a
-        // report may run on a thread with a small stack).
+        // The batch of requests takes 17 KiB of stack: only when there is a server to ask.
+        // (Reports run on the library's own stack, docs/design.md "Reports run on a stack of
+        // their own", so a small thread stack is not the limit.)
         #[cfg(not(target_os = "android"))]
         if super::annotating() {
             self.keep_queued();

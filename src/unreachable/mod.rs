@@ -44,22 +44,20 @@ struct Leak {
     backtrace_id: u32,
 }
 
-/// Runs one check and logs its result.
-pub fn check(state: &State) {
+/// Runs one check and logs its result. `stack_from`: where the scan of this thread's stack
+/// starts, with the callee-saved registers spilled there (`classify::stack_top`), taken by the
+/// caller before it moved to the report stack (`report_stack`).
+pub fn check(state: &State, stack_from: usize) {
     log_info!("Starting to check for unreachable memory.");
-    if run(state).is_none() {
+    if run(state, stack_from).is_none() {
         log_error!("Unreachable check failed, run setenforce 0 and try again.");
     }
 }
 
-fn run(state: &State) -> Option<()> {
+fn run(state: &State, stack_from: usize) -> Option<()> {
     // The backtrace records of the blocks the child reports must outlive their logging here,
     // though the blocks may be freed meanwhile.
     let _pin = crate::tracking::pin_records();
-    // Callee-saved registers of this thread go to its stack, which the child scans from here up.
-    let mut spilled = [0usize; 16];
-    spill_registers(&mut spilled);
-    let stack_from = core::hint::black_box(&spilled) as *const _ as usize;
 
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors.

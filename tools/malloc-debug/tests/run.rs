@@ -346,3 +346,43 @@ fn run_annotates_frames_and_leaves_the_program_its_own_stderr() {
         );
     }
 }
+
+/// Under `run`, the exit report of a thread whose stack is as small as glibc allows (16 KiB)
+/// is complete and annotated: the report, with the annotation round trips' buffers, runs on the
+/// library's own stack (src/report_stack.rs); on the thread's, it crashed the program.
+#[test]
+fn run_reports_the_leaks_of_a_thread_with_a_small_stack() {
+    let dir = tmp_dir("small-stack-bin");
+    let prog = dir.join("small_stack");
+    let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-g", "-O1", "-pthread", "-o"])
+        .arg(&prog)
+        .arg(workspace_root().join("tests/programs/small_stack.c"))
+        .arg("-ldl")
+        .status()
+        .expect("run cc");
+    assert!(status.success());
+    let out = cli()
+        .args(["run", "--options", "backtrace leak_track", "--"])
+        .arg(&prog)
+        .arg("exit")
+        .output()
+        .unwrap();
+    let log = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    for size in 16..66 {
+        assert!(
+            log.contains(&format!("small_stack leaked block of size {size} at 0x")),
+            "size {size}: {log}"
+        );
+    }
+    let annotated = log
+        .lines()
+        .filter(|l| {
+            l.contains("(leak_here+")
+                && l.contains("  leak_here at ")
+                && l.contains("small_stack.c:")
+        })
+        .count();
+    assert_eq!(annotated, 50, "{log}");
+}
