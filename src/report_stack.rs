@@ -169,45 +169,43 @@ extern "C" fn trampoline(context: *mut core::ffi::c_void) {
 /// # Safety
 /// `top` must be the 16-byte-aligned end of a writable region, large enough for the call, that
 /// nothing else uses meanwhile; `context` must be what `trampoline` expects.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 unsafe fn switch_and_call(top: usize, context: *mut core::ffi::c_void) {
-    // SAFETY: the caller's contract. The old stack pointer is kept in r12, callee-saved, so the
-    // trampoline returns it intact; every register the C ABI lets a call clobber is declared so.
+    // One shape for both architectures: keep the stack pointer in a callee-saved register
+    // (which the trampoline returns intact), load the new one, call, restore. Every register
+    // the C ABI lets a call clobber (the link register included) is declared so.
+    macro_rules! switch {
+        ($keep:literal, $load:literal, $call:literal, $restore:literal, $arg:tt, $kept:tt) => {
+            core::arch::asm!(
+                $keep, $load, $call, $restore,
+                top = in(reg) top,
+                tramp = sym trampoline,
+                in($arg) context,
+                out($kept) _,
+                clobber_abi("C"),
+            )
+        };
+    }
+    // SAFETY: the caller's contract; the asm leaves every register it does not declare as the
+    // call found it.
     unsafe {
-        core::arch::asm!(
+        #[cfg(target_arch = "x86_64")]
+        switch!(
             "mov r12, rsp",
             "mov rsp, {top}",
             "call {tramp}",
             "mov rsp, r12",
-            top = in(reg) top,
-            tramp = sym trampoline,
-            in("rdi") context,
-            out("r12") _,
-            clobber_abi("C"),
+            "rdi",
+            "r12"
         );
-    }
-}
-
-/// Moves the stack pointer to `top`, calls `trampoline(context)` and moves it back.
-///
-/// # Safety
-/// As for x86-64.
-#[cfg(target_arch = "aarch64")]
-unsafe fn switch_and_call(top: usize, context: *mut core::ffi::c_void) {
-    // SAFETY: the caller's contract. The old stack pointer is kept in x20, callee-saved, so the
-    // trampoline returns it intact; every register the C ABI lets a call clobber (x30, the
-    // link register, included) is declared so.
-    unsafe {
-        core::arch::asm!(
+        #[cfg(target_arch = "aarch64")]
+        switch!(
             "mov x20, sp",
             "mov sp, {top}",
             "bl {tramp}",
             "mov sp, x20",
-            top = in(reg) top,
-            tramp = sym trampoline,
-            in("x0") context,
-            out("x20") _,
-            clobber_abi("C"),
+            "x0",
+            "x20"
         );
     }
 }

@@ -96,12 +96,7 @@ pub struct Buffer {
     low: AtomicU64,
 }
 
-pub static BUFFER: Buffer = Buffer {
-    slots: AtomicPtr::new(core::ptr::null_mut()),
-    capacity: AtomicU64::new(0),
-    next: AtomicU64::new(0),
-    low: AtomicU64::new(0),
-};
+pub static BUFFER: Buffer = Buffer::new();
 
 /// A reserved entry: the call that holds it must `fill` or `abandon` it.
 pub struct Ticket(u64);
@@ -121,6 +116,16 @@ impl Batch {
 }
 
 impl Buffer {
+    /// An empty ring, mapped by [`Buffer::init`].
+    pub const fn new() -> Buffer {
+        Buffer {
+            slots: AtomicPtr::new(core::ptr::null_mut()),
+            capacity: AtomicU64::new(0),
+            next: AtomicU64::new(0),
+            low: AtomicU64::new(0),
+        }
+    }
+
     pub fn init(&'static self, capacity: usize) -> bool {
         let Some(bytes) = capacity.checked_mul(size_of::<Slot>()) else {
             return false;
@@ -337,12 +342,7 @@ mod tests {
 
     #[test]
     fn unfilled_entries_wait_for_the_next_write_and_capacity_counts_them() {
-        static B: Buffer = Buffer {
-            slots: AtomicPtr::new(core::ptr::null_mut()),
-            capacity: AtomicU64::new(0),
-            next: AtomicU64::new(0),
-            low: AtomicU64::new(0),
-        };
+        static B: Buffer = Buffer::new();
         assert!(B.init(4));
         let a = B.reserve().unwrap();
         let slow = B.reserve().unwrap();
@@ -383,12 +383,7 @@ mod tests {
 
     #[test]
     fn the_ticket_opening_a_chunk_backs_the_next_one_with_memory() {
-        static B: Buffer = Buffer {
-            slots: AtomicPtr::new(core::ptr::null_mut()),
-            capacity: AtomicU64::new(0),
-            next: AtomicU64::new(0),
-            low: AtomicU64::new(0),
-        };
+        static B: Buffer = Buffer::new();
         assert!(B.init(3 * POPULATE_SLOTS as usize));
         let pages = (POPULATE_SLOTS as usize * size_of::<Slot>()) / 4096;
         assert_eq!(
