@@ -37,9 +37,9 @@ pub fn map_or_log(bytes: usize, what: &str) -> Option<NonNull<u8>> {
     p
 }
 
-/// Whether `populate` may still ask the kernel: cleared the first time the kernel does not know
-/// `MADV_POPULATE_WRITE` (before Linux 5.14), so that an old kernel is asked once, not once per
-/// chunk.
+/// Whether `populate` may still ask the kernel: cleared the first time the call fails (a kernel
+/// before Linux 5.14 does not know `MADV_POPULATE_WRITE`; a seccomp policy may refuse it), so
+/// that it is asked once, not once per chunk.
 static POPULATE_KNOWN: AtomicBool = AtomicBool::new(true);
 
 /// Backs `len` bytes at `p`, inside a mapping from `map`, with memory now, in one system call,
@@ -56,7 +56,7 @@ pub fn populate(p: NonNull<u8>, len: usize) {
     // SAFETY: the range lies in one of our read-write mappings; MADV_POPULATE_WRITE changes no
     // content (it only faults missing pages in, as a write of the present value would).
     let rc = unsafe { libc::madvise(p.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
-    if rc != 0 && crate::platform::errno() == libc::EINVAL {
+    if rc != 0 {
         POPULATE_KNOWN.store(false, Ordering::Relaxed);
     }
     crate::platform::set_errno(saved);
