@@ -1,5 +1,6 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
- * Usage: malloc_test [leak|bugs|fork|fork-dlopen|fork-dlopen-report|park|unwind|leaks N|errno|record]
+ * Usage: malloc_test [leak|bugs|fork|fork-dlopen|fork-dlopen-report|park|unwind|leaks N|errno|record|
+ *                    small-stack]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free/mallopt, prints one
  * line per check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that
  * libc's exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation
@@ -8,8 +9,8 @@
  * exit-time records must still reach the log. With "record", SIGRTMAX-18 (46) is raised and the
  * program leaves through _exit without allocating: the record_allocs file must have been written
  * by the signal's handler. With "errno", see errno_test; "fork", fork_test; "fork-dlopen",
- * fork_dlopen_test; "park" and "unwind", park_test and unwind_test. Prototypes are declared by
- * hand: no bionic headers here. */
+ * fork_dlopen_test; "park" and "unwind", park_test and unwind_test; "small-stack",
+ * small_stack_test. Prototypes are declared by hand: no bionic headers here. */
 
 typedef unsigned long size_t;
 
@@ -27,6 +28,8 @@ extern void exit(int status) __attribute__((noreturn));
 extern const char* getprogname(void);
 extern int pthread_create(unsigned long* thread, const void* attr, void* (*start)(void*), void* arg);
 extern int pthread_join(unsigned long thread, void** result);
+extern int pthread_attr_init(void* attr);
+extern int pthread_attr_setstacksize(void* attr, size_t size);
 extern int fork(void);
 extern int waitpid(int pid, int* status, int options);
 extern int kill(int pid, int sig);
@@ -233,6 +236,28 @@ __attribute__((noinline)) void overflow_here(void) {
   // One byte past the end: the rear guard catches it at free.
   ((volatile unsigned char*)p)[100] = 0;
   free(p);
+}
+
+/* "small-stack": a thread with a 16 KiB stack (what bionic accepts) overflows a block (an error
+ * report with symbolized backtraces), leaves 50 blocks of 16..65 bytes live and calls exit(0) (the
+ * exit leak report): both run on the library's own stack (docs/design.md, "Reports run on a stack
+ * of their own"); on the thread's they crashed the program. */
+static void* small_stack_body(void* arg) {
+  (void)arg;
+  overflow_here();
+  for (size_t i = 0; i < 50; i++) leak_here(16 + i);
+  dprintf(1, "small-stack: done\n");
+  exit(0);
+}
+
+static void small_stack_test(void) {
+  /* Room for bionic's pthread_attr_t (56 bytes on LP64) and more. */
+  unsigned long attr[16];
+  check("pthread_attr_init", pthread_attr_init(attr) == 0);
+  check("16 KiB stack", pthread_attr_setstacksize(attr, 16 * 1024) == 0);
+  unsigned long t;
+  check("pthread_create small stack", pthread_create(&t, attr, small_stack_body, 0) == 0);
+  pthread_join(t, 0);
 }
 
 #include "../../tests/programs/call_sites.h"
@@ -449,6 +474,7 @@ int main(int argc, char** argv, char** envp) {
   if (argc > 1 && strcmp(argv[1], "fork") == 0) fork_test();
   if (argc > 1 && strcmp(argv[1], "park") == 0) park_test(200);
   if (argc > 1 && strcmp(argv[1], "unwind") == 0) unwind_test(1000);
+  if (argc > 1 && strcmp(argv[1], "small-stack") == 0) small_stack_test();
   if (argc > 2 && strcmp(argv[1], "unwind-delayed") == 0) {
     delay_frees = 100;
     int n = 0;
