@@ -704,7 +704,8 @@ fn x86_64_forks_while_another_thread_unwinds() {
 /// show none. The same delayed-free pattern in the program's own code without the library
 /// (`malloc_test unwind-delayed 3000` with `--no-lib`) stalled 0 of 9,000 unwinds: under
 /// free_track the unwinding thread's own allocations no longer recycle blocks either, so both
-/// threads refill Scudo's caches (and take its size-class locks) far more often.
+/// threads refill Scudo's caches (and take its size-class locks) far more often (uprobes on
+/// Scudo's drain and refill: docs/performance.md, "Fifth session of 2026-11-26").
 #[test]
 fn x86_64_backtrace_signal_never_stalls_an_allocating_thread() {
     let _serial = serial();
