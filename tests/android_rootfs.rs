@@ -148,6 +148,22 @@ struct Run {
 }
 
 impl Run {
+    /// Asserts that the run succeeded and printed `line` on stdout.
+    fn assert_succeeded_with(&self, line: &str) {
+        assert!(self.output.status.success(), "{}", self.describe());
+        assert!(
+            self.stdout_lines().iter().any(|l| l == line),
+            "{}",
+            self.describe()
+        );
+    }
+
+    /// Where `needle` first appears in the log (its lines joined by newlines), or a failure.
+    fn log_position(&self, log: &str, needle: &str) -> usize {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not logged\n{}", self.describe()))
+    }
+
     fn stdout_lines(&self) -> Vec<String> {
         String::from_utf8_lossy(&self.output.stdout)
             .lines()
@@ -456,18 +472,9 @@ fn bugs_are_reported(var: &str, target: &'static str) {
         return;
     };
     let run = run_program_in_root(&root, &lib, "guard backtrace leak_track", &[], &["bugs"]);
-    assert!(run.output.status.success(), "{}", run.describe());
-    let stdout = run.stdout_lines();
-    assert!(
-        stdout.iter().any(|l| l == "leaked malloc(1234): ok"),
-        "{}",
-        run.describe()
-    );
+    run.assert_succeeded_with("leaked malloc(1234): ok");
     let log = run.log.join("\n");
-    let find = |needle: &str| -> usize {
-        log.find(needle)
-            .unwrap_or_else(|| panic!("{needle:?} not logged\n{}", run.describe()))
-    };
+    let find = |needle: &str| run.log_position(&log, needle);
     let guard = find(" SIZE 100 HAS A CORRUPTED REAR GUARD");
     let guard_line = &log[log[..guard].rfind('\n').map_or(0, |i| i + 1)..];
     assert!(
@@ -534,17 +541,9 @@ fn small_stack_reports(var: &str, target: &'static str) {
         &[],
         &["small-stack"],
     );
-    assert!(run.output.status.success(), "{}", run.describe());
-    assert!(
-        run.stdout_lines().iter().any(|l| l == "small-stack: done"),
-        "{}",
-        run.describe()
-    );
+    run.assert_succeeded_with("small-stack: done");
     let log = run.log.join("\n");
-    let find = |needle: &str| -> usize {
-        log.find(needle)
-            .unwrap_or_else(|| panic!("{needle:?} not logged\n{}", run.describe()))
-    };
+    let find = |needle: &str| run.log_position(&log, needle);
     let guard = find(" SIZE 100 HAS A CORRUPTED REAR GUARD");
     let failure_bt = find("Backtrace at time of failure:");
     let overflow_frame = find(&format!("{PROGRAM_IN_ROOT} (overflow_here+"));
