@@ -37,16 +37,7 @@ pub fn divider() {
     log_error!("{}", DIVIDER);
 }
 
-/// The current stack (up to 256 frames) into `frames`; returns how many. Called where an error
-/// report starts, on the caller's own stack: the report then runs on the report stack
-/// ([`in_report`]), from where a walk would not reach the program's frames.
-#[inline(never)]
-pub fn capture_failure(frames: &mut [usize; backtrace::MAX_FRAMES]) -> usize {
-    let _reserve = crate::pages::ReportScope::enter();
-    backtrace::capture(frames)
-}
-
-/// `Backtrace at time of failure:` and the frames [`capture_failure`] took.
+/// `Backtrace at time of failure:` and the frames [`in_report_at_failure`] took.
 pub fn log_failure_backtrace(state: &State, frames: &[usize]) {
     log_error!("Backtrace at time of failure:");
     log_backtrace_or_failure(state, frames);
@@ -57,6 +48,18 @@ pub fn log_failure_backtrace(state: &State, frames: &[usize]) {
 /// and their log records and symbolization need more stack than a small thread has.
 pub fn in_report(report: impl FnOnce()) {
     crate::report_stack::run(report);
+}
+
+/// [`in_report`] for a report that logs the backtrace at the time of failure: the current
+/// stack (up to 256 frames) is captured first, on the caller's own stack (from the report stack
+/// a walk would not reach the program's frames), and handed to `report`.
+pub fn in_report_at_failure(report: impl FnOnce(&[usize])) {
+    let mut frames = [0usize; backtrace::MAX_FRAMES];
+    let n = {
+        let _reserve = crate::pages::ReportScope::enter();
+        backtrace::capture(&mut frames)
+    };
+    crate::report_stack::run(|| report(&frames[..n]));
 }
 
 /// Logs captured frames in the configured format, or the reference's failure line.

@@ -116,9 +116,7 @@ fn check_one(state: &State, pointer: usize, size: usize, guard: &Guard<'_>, allo
 #[inline(never)]
 fn report(state: &State, pointer: usize, size: usize, guard: &Guard<'_>, alloc_backtrace: u32) {
     let _foreign = crate::sync::DisabledScope::enter();
-    let mut failure_frames = [0usize; crate::backtrace::MAX_FRAMES];
-    let failure_len = failure::capture_failure(&mut failure_frames);
-    failure::in_report(|| {
+    failure::in_report_at_failure(|failure_frames| {
         failure::divider();
         log_error!(
             "+++ ALLOCATION 0x{:x} SIZE {} HAS A CORRUPTED {} GUARD",
@@ -134,7 +132,7 @@ fn report(state: &State, pointer: usize, size: usize, guard: &Guard<'_>, alloc_b
                 guard.expected
             );
         }
-        failure::log_failure_backtrace(state, &failure_frames[..failure_len]);
+        failure::log_failure_backtrace(state, failure_frames);
         failure::end_report_of(state, pointer, alloc_backtrace);
     });
 }

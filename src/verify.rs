@@ -45,9 +45,7 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
         return;
     }
     let _foreign = crate::sync::DisabledScope::enter();
-    let mut failure_frames = [0usize; crate::backtrace::MAX_FRAMES];
-    let failure_len = failure::capture_failure(&mut failure_frames);
-    failure::in_report(|| {
+    failure::in_report_at_failure(|failure_frames| {
         failure::divider();
         match problem {
             Problem::Native => {}
@@ -80,7 +78,7 @@ fn report(state: &State, pointer: usize, function: &str, problem: Problem) {
             log_error!("Backtrace of original free:");
             failure::log_backtrace_or_failure(state, free_frames.frames());
         }
-        failure::log_failure_backtrace(state, &failure_frames[..failure_len]);
+        failure::log_failure_backtrace(state, failure_frames);
         let allocation = crate::error_context::allocation_of(state, pointer);
         failure::end_report_with(state, pointer, allocation);
     });
