@@ -159,10 +159,8 @@ impl Buffer {
             return;
         }
         let slots = (capacity - first).min(POPULATE_SLOTS) as usize;
-        let start = self.slot(first) as *const Slot as *mut u8;
-        if let Some(start) = core::ptr::NonNull::new(start) {
-            pages::populate(start, slots * size_of::<Slot>());
-        }
+        let start = core::ptr::NonNull::from(self.slot(first)).cast::<u8>();
+        pages::populate(start, slots * size_of::<Slot>());
     }
 
     /// Undoes [`Buffer::init`] (a `debug_initialize` that gives up later; no call has
@@ -370,7 +368,7 @@ mod tests {
 
     /// Pages of the slots `[first, first + count)` that are backed with memory.
     fn resident_pages(b: &Buffer, first: u64, count: u64) -> usize {
-        let page = 4096usize;
+        let page = crate::platform::page_size();
         let start = b.slot(first) as *const Slot as usize;
         let len = count as usize * size_of::<Slot>();
         let mut vec = vec![0u8; len.div_ceil(page)];
@@ -385,7 +383,8 @@ mod tests {
     fn the_ticket_opening_a_chunk_backs_the_next_one_with_memory() {
         static B: Buffer = Buffer::new();
         assert!(B.init(3 * POPULATE_SLOTS as usize));
-        let pages = (POPULATE_SLOTS as usize * size_of::<Slot>()) / 4096;
+        let pages =
+            (POPULATE_SLOTS as usize * size_of::<Slot>()).div_ceil(crate::platform::page_size());
         assert_eq!(
             resident_pages(&B, 0, POPULATE_SLOTS),
             pages,
