@@ -352,16 +352,10 @@ fn run_annotates_frames_and_leaves_the_program_its_own_stderr() {
 /// library's own stack (src/report_stack.rs); on the thread's, it crashed the program.
 #[test]
 fn run_reports_the_leaks_of_a_thread_with_a_small_stack() {
-    let dir = tmp_dir("small-stack-bin");
-    let prog = dir.join("small_stack");
-    let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-g", "-O1", "-pthread", "-o"])
-        .arg(&prog)
-        .arg(workspace_root().join("tests/programs/small_stack.c"))
-        .arg("-ldl")
-        .status()
-        .expect("run cc");
-    assert!(status.success());
+    let prog = compile_source(
+        "small_stack",
+        &workspace_root().join("tests/programs/small_stack.c"),
+    );
     let out = cli()
         .args(["run", "--options", "backtrace leak_track", "--"])
         .arg(&prog)

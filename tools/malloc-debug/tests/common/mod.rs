@@ -60,13 +60,21 @@ pub fn ok(o: Output) -> String {
 
 /// tests/programs/NAME.c built with debug info into a fresh directory.
 pub fn compile(name: &str) -> PathBuf {
+    compile_source(
+        name,
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c")),
+    )
+}
+
+/// `compile` for a source elsewhere (the workspace's own test programs).
+pub fn compile_source(name: &str, src: &Path) -> PathBuf {
     let dir = tmp_dir(&format!("{name}-bin"));
     let out = dir.join(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-g", "-O1", "-fno-omit-frame-pointer", "-o"])
+        .args(["-g", "-O1", "-fno-omit-frame-pointer", "-pthread", "-o"])
         .arg(&out)
-        .arg(&src)
+        .arg(src)
+        .arg("-ldl")
         .status()
         .expect("run cc");
     assert!(status.success(), "cc {} failed", src.display());
