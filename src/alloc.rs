@@ -149,14 +149,29 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
         let real = size
             .checked_add(layout.extra_bytes)
             .ok_or(NativeFailure::TooLarge)?;
-        // SAFETY: native allocation calls with checked sizes.
-        let p = unsafe {
-            match request {
-                Request::Malloc => (d.malloc)(real),
-                Request::Calloc => (d.calloc)(1, real),
-                Request::Memalign(alignment) => (d.memalign)(alignment, real),
+        let p = match request {
+            Request::Malloc | Request::Calloc if state.plan.hold_freed => {
+                match free_track::native_malloc(state, real) {
+                    (p, _) if p == 0 || request == Request::Malloc => p,
+                    (p, usable) => {
+                        // calloc from a spare or a plain malloc: zero what the caller may use.
+                        // SAFETY: a native block of (at least) `usable` bytes, all ours.
+                        let usable = usable.unwrap_or_else(|| unsafe {
+                            (d.malloc_usable_size)(p as *const c_void)
+                        });
+                        // SAFETY: as above.
+                        unsafe { core::ptr::write_bytes(p as *mut u8, 0, usable) };
+                        p
+                    }
+                }
             }
-        } as usize;
+            // SAFETY: native allocation calls with checked sizes.
+            Request::Malloc => unsafe { (d.malloc)(real) as usize },
+            // SAFETY: as above.
+            Request::Calloc => unsafe { (d.calloc)(1, real) as usize },
+            // SAFETY: as above.
+            Request::Memalign(alignment) => unsafe { (d.memalign)(alignment, real) as usize },
+        };
         return if p == 0 {
             Err(NativeFailure::Refused)
         } else {
@@ -173,8 +188,12 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
         .checked_add(alignment)
         .and_then(|r| r.checked_add(layout.extra_bytes))
         .ok_or(NativeFailure::TooLarge)?;
-    // SAFETY: native allocation.
-    let orig = unsafe { (d.malloc)(real) } as usize;
+    let (orig, known_usable) = if state.plan.hold_freed {
+        free_track::native_malloc(state, real)
+    } else {
+        // SAFETY: native allocation.
+        (unsafe { (d.malloc)(real) } as usize, None)
+    };
     if orig == 0 {
         return Err(NativeFailure::Refused);
     }
@@ -189,8 +208,10 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
         tracking::prefetch(header_at + layout.pointer_offset);
     }
     let usable = if request == Request::Calloc {
-        // SAFETY: `orig` was just returned by the native allocator; all of it is ours to zero.
-        let usable = unsafe { (d.malloc_usable_size)(orig as *const c_void) };
+        // SAFETY: `orig` was just returned by the native allocator (or is a spare of free_track's,
+        // as good as one); all of it is ours to zero.
+        let usable = known_usable
+            .unwrap_or_else(|| unsafe { (d.malloc_usable_size)(orig as *const c_void) });
         // SAFETY: as above.
         unsafe { core::ptr::write_bytes(orig as *mut u8, 0, usable) };
         usable
@@ -198,6 +219,8 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
         // With a rear guard the usable size is the requested size: no need to ask the
         // allocator (a native call on every allocation).
         usize::MAX
+    } else if let Some(usable) = known_usable {
+        usable
     } else {
         // SAFETY: `orig` was just returned by the native allocator.
         unsafe { (d.malloc_usable_size)(orig as *const c_void) }

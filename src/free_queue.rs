@@ -200,7 +200,7 @@ impl<T: Copy> FreeQueue<T> {
             return leave(entry, frames);
         }
         let shards = self.shards.load(Ordering::Relaxed);
-        self.push_to(shard_of_this_thread(shards), entry, frames, leave)
+        self.push_to(crate::platform::thread_shard(shards), entry, frames, leave)
     }
 
     /// `push` into the ring of shard `own`.
@@ -363,16 +363,6 @@ impl<T: Copy> FreeQueue<T> {
             }
         }
     }
-}
-
-/// The ring this thread pushes into: a hash of the thread pointer, which is distinct per live
-/// thread and costs one register read.
-fn shard_of_this_thread(shards: usize) -> usize {
-    if shards == 1 {
-        return 0;
-    }
-    let hashed = crate::platform::thread_pointer().wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (hashed >> 32) % shards
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use crate::failure;
 use crate::free_queue::FreeQueue;
 use crate::header::DEBUG_FREE_TAG;
 use crate::log::log_error;
+use crate::spare_blocks::{Miss, SpareBlocks};
 use crate::state::State;
 use crate::tracking::FrameBuffer;
 
@@ -40,6 +41,9 @@ impl Freed {
 /// The held blocks, one ring per shard of threads (src/free_queue.rs explains the model and
 /// README's "Differences from the reference" the order in which blocks leave).
 pub static FREE_QUEUE: FreeQueue<Freed> = FreeQueue::new();
+
+/// The blocks that left the queue, kept for reuse (src/spare_blocks.rs explains why).
+static SPARES: SpareBlocks = SpareBlocks::new();
 
 /// Holds a freed block (already filled with 0xef over its first `filled` bytes) with its
 /// allocation backtrace's id and its free-time frames; the blocks that leave to make room are
@@ -149,21 +153,57 @@ fn report_used_after_free(state: &State, entry: &Freed, bytes: &[u8], frames: &[
     });
 }
 
-/// Verifies an evicted entry and gives its memory back to the native allocator.
+/// Verifies an evicted entry; its memory becomes a spare, or goes back to the native allocator.
 pub fn retire(state: &State, entry: Freed, frames: &[usize]) {
     if !verify(state, &entry, frames) {
         // A damaged header's orig_pointer is garbage: leaking the block is the safe choice.
         return;
     }
     let pointer = entry.pointer();
-    let orig = if state.layout.header {
+    let (orig, native_usable) = if state.layout.header {
         // SAFETY: header of a block we still own.
-        unsafe { (*state.layout.header_of(pointer)).orig_pointer }
+        let h = unsafe { core::ptr::read_unaligned(state.layout.header_of(pointer)) };
+        // Without a rear guard the header's usable size is the native one less what precedes
+        // the user pointer; with one, only the allocator knows.
+        let native = if state.layout.rear_guard_bytes == 0 {
+            h.usable_size + (pointer - h.orig_pointer)
+        } else {
+            // SAFETY: a live native block.
+            unsafe { (state.dispatch.malloc_usable_size)(h.orig_pointer as *const _) }
+        };
+        (h.orig_pointer, native)
     } else {
-        pointer
+        // SAFETY: a live native block.
+        (pointer, unsafe {
+            (state.dispatch.malloc_usable_size)(pointer as *const _)
+        })
     };
-    // SAFETY: `orig` is the native allocation behind the queued block, freed exactly once.
-    unsafe { (state.dispatch.free)(orig as *mut _) };
+    if !SPARES.put(orig, native_usable) {
+        let _blocked = crate::sync::BacktraceSignalBlock::new();
+        // SAFETY: `orig` is the native allocation behind the queued block, freed exactly once.
+        unsafe { (state.dispatch.free)(orig as *mut _) };
+    }
+}
+
+/// A native block of at least `request` bytes for an allocation under free_track: a spare of
+/// the request's size class when there is one, else the native allocator's. Returns the block
+/// (0 when the allocator failed, its errno set) and its native usable size when that is known
+/// without asking the allocator.
+#[inline]
+pub fn native_malloc(state: &State, request: usize) -> (usize, Option<usize>) {
+    let miss = match SPARES.take(request) {
+        Ok(spare) => return (spare.orig, Some(spare.usable)),
+        Err(miss) => miss,
+    };
+    // SAFETY: native allocation.
+    let orig = unsafe { (state.dispatch.malloc)(request) } as usize;
+    if orig == 0 || miss != Miss::Unlearned {
+        return (orig, None);
+    }
+    // SAFETY: the block the allocator just returned.
+    let usable = unsafe { (state.dispatch.malloc_usable_size)(orig as *const _) };
+    SPARES.learn(request, usable);
+    (orig, Some(usable))
 }
 
 /// At exit: every queued block is checked, in queue order; nothing is released.

@@ -43,6 +43,7 @@ mod report;
 mod report_stack;
 mod signals;
 mod snapshot;
+mod spare_blocks;
 mod state;
 mod suppress;
 mod symbolize;

@@ -34,6 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "backtrace",
             "free_queue",
+            "spare_blocks",
             "header",
             "plan",
             "live_table",

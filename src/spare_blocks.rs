@@ -1,0 +1,201 @@
+//! Spare native blocks: blocks that free_track's queue has checked and let go, kept for the
+//! next allocation of the same native size instead of going back to the native allocator
+//! (docs/design.md, "Spare blocks").
+//!
+//! # Model
+//!
+//! Without free_track a program's free hands the native allocator a block that its next
+//! allocation of that size takes straight back, inside the allocator's per-thread cache. With
+//! free_track every free is delayed by up to N others, so the allocator's caches overflow and
+//! run dry in turn and go to its shared size-class lists far more often — on Android, under
+//! Scudo's size-class lock, which a thread parked by bionic's backtrace signal may be holding.
+//! Spares restore the short loop: a block that leaves the queue waits here, and the next
+//! request whose native size class is the same takes it back, and neither call reaches the
+//! allocator.
+//!
+//! The structure is a set of buckets per shard of threads (the thread pointer hashed, as the
+//! queue's rings are). A bucket holds the blocks of one native usable size, in up to `WAYS`
+//! slots of one cache line; a slot holds a block's address with the usable size's low bits
+//! packed below the allocator's alignment, so a taker knows the exact usable size without a
+//! native call. Puts and takes are one compare-and-swap on a slot: nothing waits, so the
+//! signal-33 rule of docs/design.md holds. Each shard's bytes are bounded (`SHARD_BYTES`);
+//! a block that finds no slot or no budget is given back by the caller as before.
+//!
+//! Which bucket a request of `n` bytes takes from is the usable size the native allocator gave
+//! the last request in `n`'s word-sized range: learned from the allocator itself (glibc, Scudo
+//! and jemalloc all map a request to its size class by a rule that is constant over such a
+//! range), so a spare is exactly the block the allocator would have returned, in size. Blocks
+//! larger than `MAX_USABLE` are not kept: they come from the allocator's page-level paths,
+//! whose cost is elsewhere.
+
+use core::mem::size_of;
+use core::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+
+/// Native blocks are aligned to at least two words (glibc, Scudo and jemalloc alike), so a
+/// block address has this many low bits free for the usable size's remainder.
+const GRANULE: usize = 2 * size_of::<usize>();
+/// Largest usable size kept.
+pub const MAX_USABLE: usize = 4096;
+const BUCKETS: usize = MAX_USABLE / GRANULE + 1;
+/// Requests are classed per word: every allocator this library runs on gives the same usable
+/// size to all requests in `((k - 1) * word, k * word]`.
+const REQUEST_STEP: usize = size_of::<usize>();
+const REQUEST_CLASSES: usize = MAX_USABLE / REQUEST_STEP + 1;
+/// A take looks up to `1 + bucket / SLACK_DIVISOR` buckets above the request's class.
+const SLACK_DIVISOR: usize = 8;
+/// Slots per bucket: one cache line of them on 64-bit targets.
+const WAYS: usize = 8;
+const SHARDS: usize = 8;
+/// Most bytes of spares in one shard.
+pub const SHARD_BYTES: usize = 128 << 10;
+
+/// A block taken from the spares: its native start and native usable size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spare {
+    pub orig: usize,
+    pub usable: usize,
+}
+
+/// Why a take found nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    /// The request's size class is known; no spare of it was there.
+    Empty,
+    /// The request's size class is not known yet: the caller should `learn` it from the block
+    /// the native allocator gives it.
+    Unlearned,
+}
+
+#[repr(C, align(64))]
+struct Bucket([AtomicUsize; WAYS]);
+
+#[repr(C, align(64))]
+struct Shard {
+    bytes: AtomicUsize,
+    buckets: [Bucket; BUCKETS],
+}
+
+pub struct SpareBlocks {
+    shards: [Shard; SHARDS],
+    /// Per request class: the usable size's bucket + 1 (0: not learned).
+    class_of_request: [AtomicU16; REQUEST_CLASSES],
+}
+
+impl SpareBlocks {
+    pub const fn new() -> Self {
+        SpareBlocks {
+            shards: [const {
+                Shard {
+                    bytes: AtomicUsize::new(0),
+                    buckets: [const { Bucket([const { AtomicUsize::new(0) }; WAYS]) }; BUCKETS],
+                }
+            }; SHARDS],
+            class_of_request: [const { AtomicU16::new(0) }; REQUEST_CLASSES],
+        }
+    }
+
+    /// Takes a spare for a native request of `request` bytes: its usable size at least the
+    /// request and at most about an eighth (plus two granules) above what the allocator gives
+    /// the request — the slack that makes Scudo's blocks, whose usable size is their request,
+    /// reusable for nearby requests at all.
+    #[inline]
+    pub fn take(&self, request: usize) -> Result<Spare, Miss> {
+        let Some(class) = self.class_of_request.get(request.div_ceil(REQUEST_STEP)) else {
+            return Err(Miss::Empty);
+        };
+        let bucket = match class.load(Ordering::Relaxed) {
+            0 => return Err(Miss::Unlearned),
+            learned => usize::from(learned) - 1,
+        };
+        let shard = self.own_shard();
+        let last = (bucket + 1 + bucket / SLACK_DIVISOR).min(BUCKETS - 1);
+        for b in bucket..=last {
+            for slot in &shard.buckets[b].0 {
+                let packed = slot.load(Ordering::Relaxed);
+                if packed == 0 {
+                    continue;
+                }
+                let spare = unpack(b, packed);
+                if spare.usable < request {
+                    continue;
+                }
+                if slot
+                    .compare_exchange(packed, 0, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    shard.bytes.fetch_sub(spare.usable, Ordering::Relaxed);
+                    return Ok(spare);
+                }
+            }
+        }
+        Err(Miss::Empty)
+    }
+
+    /// Keeps `orig`, a native block of `usable` bytes that nothing uses any more; false when
+    /// it is not kept (too large, its bucket or its shard full) and the caller still owns it.
+    #[inline]
+    pub fn put(&self, orig: usize, usable: usize) -> bool {
+        let bucket = usable / GRANULE;
+        if bucket >= BUCKETS || orig == 0 || !orig.is_multiple_of(GRANULE) {
+            return false;
+        }
+        let shard = self.own_shard();
+        if shard.bytes.fetch_add(usable, Ordering::Relaxed) + usable > SHARD_BYTES {
+            shard.bytes.fetch_sub(usable, Ordering::Relaxed);
+            return false;
+        }
+        let packed = orig | (usable % GRANULE);
+        for slot in &shard.buckets[bucket].0 {
+            if slot.load(Ordering::Relaxed) == 0
+                && slot
+                    .compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return true;
+            }
+        }
+        shard.bytes.fetch_sub(usable, Ordering::Relaxed);
+        false
+    }
+
+    /// Records that the native allocator gave a request of `request` bytes a block of `usable`
+    /// bytes.
+    pub fn learn(&self, request: usize, usable: usize) {
+        let bucket = usable / GRANULE;
+        if usable < request || bucket >= BUCKETS {
+            return;
+        }
+        if let Some(class) = self.class_of_request.get(request.div_ceil(REQUEST_STEP)) {
+            class.store(bucket as u16 + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Calls `f` for every spare of every shard (tests; the process quiescent).
+    #[cfg(test)]
+    pub fn for_each(&self, mut f: impl FnMut(Spare)) {
+        for shard in &self.shards {
+            for (bucket, slots) in shard.buckets.iter().enumerate() {
+                for slot in &slots.0 {
+                    let packed = slot.load(Ordering::Acquire);
+                    if packed != 0 {
+                        f(unpack(bucket, packed));
+                    }
+                }
+            }
+        }
+    }
+
+    fn own_shard(&self) -> &Shard {
+        &self.shards[crate::platform::thread_shard(SHARDS)]
+    }
+}
+
+fn unpack(bucket: usize, packed: usize) -> Spare {
+    Spare {
+        orig: packed & !(GRANULE - 1),
+        usable: bucket * GRANULE + packed % GRANULE,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,182 @@
+use super::*;
+use std::collections::HashSet;
+
+fn spares() -> Box<SpareBlocks> {
+    Box::new(SpareBlocks::new())
+}
+
+/// A fake block address (never dereferenced): aligned like a native block.
+fn block(i: usize) -> usize {
+    0x1000_0000 + i * 0x1000
+}
+
+#[test]
+fn a_request_takes_back_the_block_of_its_learned_size_class() {
+    let s = spares();
+    assert_eq!(s.take(20), Err(Miss::Unlearned));
+    // glibc's classes on 64-bit: 17..=24 bytes get 24 usable, 25..=40 get 40.
+    s.learn(20, 24);
+    s.learn(30, 40);
+    assert_eq!(s.take(20), Err(Miss::Empty));
+    assert!(s.put(block(1), 24));
+    assert!(s.put(block(2), 40));
+    assert_eq!(
+        s.take(30),
+        Ok(Spare {
+            orig: block(2),
+            usable: 40
+        })
+    );
+    assert_eq!(
+        s.take(17),
+        Ok(Spare {
+            orig: block(1),
+            usable: 24
+        })
+    );
+    assert_eq!(s.take(24), Err(Miss::Empty));
+    assert_eq!(s.take(25), Err(Miss::Empty));
+}
+
+#[test]
+fn the_usable_size_is_kept_exactly_below_the_alignment() {
+    let s = spares();
+    for usable in [24, 40, 56, 72, 4088] {
+        s.learn(usable, usable);
+        assert!(s.put(block(usable), usable), "{usable}");
+        assert_eq!(
+            s.take(usable),
+            Ok(Spare {
+                orig: block(usable),
+                usable
+            })
+        );
+    }
+}
+
+#[test]
+fn blocks_that_are_large_or_misaligned_are_not_kept() {
+    let s = spares();
+    assert!(!s.put(block(1), MAX_USABLE + GRANULE));
+    assert!(!s.put(block(1) + 8, 64));
+    assert!(!s.put(0, 64));
+    s.learn(MAX_USABLE + 1, MAX_USABLE + 16);
+    assert_eq!(s.take(MAX_USABLE + 1), Err(Miss::Empty));
+    let mut n = 0;
+    s.for_each(|_| n += 1);
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn a_take_never_hands_out_a_block_smaller_than_the_request() {
+    let s = spares();
+    s.learn(24, 24);
+    // Same bucket (16..=31 on 64-bit), smaller block: an allocator this library does not know.
+    assert!(s.put(block(1), 16));
+    assert_eq!(s.take(24), Err(Miss::Empty));
+    s.learn(16, 16);
+    assert_eq!(
+        s.take(16),
+        Ok(Spare {
+            orig: block(1),
+            usable: 16
+        })
+    );
+}
+
+#[test]
+fn a_full_bucket_refuses_and_the_caller_keeps_the_block() {
+    let s = spares();
+    for i in 0..WAYS {
+        assert!(s.put(block(i), 64));
+    }
+    assert!(!s.put(block(WAYS), 64));
+    s.learn(64, 64);
+    let mut taken = HashSet::new();
+    while let Ok(spare) = s.take(64) {
+        assert_eq!(spare.usable, 64);
+        assert!(taken.insert(spare.orig));
+    }
+    assert_eq!(taken, (0..WAYS).map(block).collect());
+}
+
+#[test]
+fn a_shard_holds_at_most_its_byte_budget() {
+    let s = spares();
+    let mut kept = 0;
+    let mut i = 0;
+    for usable in (MAX_USABLE - 64 * GRANULE..=MAX_USABLE).step_by(GRANULE) {
+        for _ in 0..WAYS {
+            i += 1;
+            if s.put(block(i), usable) {
+                kept += usable;
+            }
+        }
+    }
+    assert!(kept <= SHARD_BYTES, "{kept}");
+    assert!(kept > SHARD_BYTES - MAX_USABLE, "{kept}");
+    // Taking one back makes room for one again.
+    let smallest = MAX_USABLE - 64 * GRANULE;
+    s.learn(smallest, smallest);
+    let spare = s.take(smallest).expect("a kept block of the smallest size");
+    assert!(s.put(spare.orig, spare.usable));
+}
+
+#[test]
+fn threads_putting_and_taking_never_lose_or_duplicate_a_block() {
+    const THREADS: usize = 4;
+    const BLOCKS: usize = 20_000;
+    let s: &'static SpareBlocks = Box::leak(spares());
+    for usable in [32, 48, 64] {
+        s.learn(usable, usable);
+    }
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                // Each thread owns a block until it is put; a block taken is owned again.
+                let mut owned = Vec::new();
+                let mut given_back = Vec::new();
+                for i in 0..BLOCKS {
+                    let usable = [32, 48, 64][i % 3];
+                    let b = block(t * BLOCKS + i);
+                    if !s.put(b, usable) {
+                        given_back.push(b);
+                    }
+                    if let Ok(spare) = s.take([32, 48, 64][(i * 7) % 3]) {
+                        owned.push(spare.orig);
+                    }
+                }
+                (owned, given_back)
+            })
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    for h in handles {
+        let (owned, given_back) = h.join().unwrap();
+        for b in owned.into_iter().chain(given_back) {
+            assert!(seen.insert(b), "block {b:#x} twice");
+        }
+    }
+    s.for_each(|spare| assert!(seen.insert(spare.orig), "{:#x} twice", spare.orig));
+    assert_eq!(seen.len(), THREADS * BLOCKS);
+}
+
+#[test]
+fn a_take_accepts_a_spare_up_to_an_eighth_larger_and_no_more() {
+    let s = spares();
+    // Scudo: the usable size is the request.
+    s.learn(800, 800);
+    let class = 800 / GRANULE;
+    let last = class + 1 + class / SLACK_DIVISOR;
+    assert!(s.put(block(1), (last + 1) * GRANULE));
+    assert_eq!(s.take(800), Err(Miss::Empty));
+    assert!(s.put(block(2), last * GRANULE));
+    assert_eq!(
+        s.take(800),
+        Ok(Spare {
+            orig: block(2),
+            usable: last * GRANULE
+        })
+    );
+    assert!(last * GRANULE <= 800 + 800 / 8 + 2 * GRANULE);
+}
