@@ -178,11 +178,17 @@ pub fn retire(state: &State, entry: Freed, frames: &[usize]) {
             (state.dispatch.malloc_usable_size)(pointer as *const _)
         })
     };
-    if !SPARES.put(orig, native_usable) {
-        let _blocked = crate::sync::BacktraceSignalBlock::new();
-        // SAFETY: `orig` is the native allocation behind the queued block, freed exactly once.
-        unsafe { (state.dispatch.free)(orig as *mut _) };
-    }
+    SPARES.put(orig, native_usable, |block| give_back(state, block));
+}
+
+/// Frees a native block free_track no longer keeps. On Android with signal 33 blocked: every
+/// backtrace-signal stall under free_track was a give-back that Scudo's drain made wait
+/// (docs/design.md, "Spare blocks"); the spares keep these rare.
+fn give_back(state: &State, orig: usize) {
+    let _blocked = crate::sync::BacktraceSignalBlock::new();
+    // SAFETY: a native block free_track held (a queued block's or a spare's), freed exactly
+    // once: it left the queue or the spares before this call.
+    unsafe { (state.dispatch.free)(orig as *mut _) };
 }
 
 /// A native block of at least `request` bytes for an allocation under free_track: a spare of

@@ -15,11 +15,12 @@
 //!
 //! The structure is a set of buckets per shard of threads (the thread pointer hashed, as the
 //! queue's rings are). A bucket holds the blocks of one native usable size, in up to `WAYS`
-//! slots of one cache line; a slot holds a block's address with the usable size's low bits
+//! slots (two cache lines on 64-bit targets); a slot holds a block's address with the usable size's low bits
 //! packed below the allocator's alignment, so a taker knows the exact usable size without a
 //! native call. Puts and takes are one compare-and-swap on a slot: nothing waits, so the
-//! signal-33 rule of docs/design.md holds. Each shard's bytes are bounded (`SHARD_BYTES`);
-//! a block that finds no slot or no budget is given back by the caller as before.
+//! signal-33 rule of docs/design.md holds. Each shard's bytes are bounded (`SHARD_BYTES`): a
+//! block that finds its size's slots full is given back by the caller as before, and one that
+//! finds the budget used up takes the place of older spares, which are given back instead.
 //!
 //! Which bucket a request of `n` bytes takes from is the usable size the native allocator gave
 //! the last request in `n`'s word-sized range: learned from the allocator itself (glibc, Scudo
@@ -29,7 +30,7 @@
 //! whose cost is elsewhere.
 
 use core::mem::size_of;
-use core::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 
 /// Native blocks are aligned to at least two words (glibc, Scudo and jemalloc alike), so a
 /// block address has this many low bits free for the usable size's remainder.
@@ -43,11 +44,11 @@ const REQUEST_STEP: usize = size_of::<usize>();
 const REQUEST_CLASSES: usize = MAX_USABLE / REQUEST_STEP + 1;
 /// A take looks up to `1 + bucket / SLACK_DIVISOR` buckets above the request's class.
 const SLACK_DIVISOR: usize = 8;
-/// Slots per bucket: one cache line of them on 64-bit targets.
-const WAYS: usize = 8;
+/// Slots per bucket.
+const WAYS: usize = 16;
 const SHARDS: usize = 8;
 /// Most bytes of spares in one shard.
-pub const SHARD_BYTES: usize = 128 << 10;
+pub const SHARD_BYTES: usize = 256 << 10;
 
 /// A block taken from the spares: its native start and native usable size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +73,13 @@ struct Bucket([AtomicUsize; WAYS]);
 #[repr(C, align(64))]
 struct Shard {
     bytes: AtomicUsize,
+    /// Where the next eviction starts looking (a hint: races only change which spare goes).
+    cursor: AtomicUsize,
+    /// Per bucket: false when a take last found it empty and no put came since, so a take
+    /// skips it without loading its slots (most buckets of a request's slack are empty). A
+    /// hint: a put racing with the take that clears it can leave a spare unseen by takes
+    /// until the next put of its size or an eviction.
+    occupied: [AtomicBool; BUCKETS],
     buckets: [Bucket; BUCKETS],
 }
 
@@ -87,6 +95,8 @@ impl SpareBlocks {
             shards: [const {
                 Shard {
                     bytes: AtomicUsize::new(0),
+                    cursor: AtomicUsize::new(0),
+                    occupied: [const { AtomicBool::new(false) }; BUCKETS],
                     buckets: [const { Bucket([const { AtomicUsize::new(0) }; WAYS]) }; BUCKETS],
                 }
             }; SHARDS],
@@ -110,12 +120,22 @@ impl SpareBlocks {
         let shard = self.own_shard();
         let last = (bucket + 1 + bucket / SLACK_DIVISOR).min(BUCKETS - 1);
         for b in bucket..=last {
-            for slot in &shard.buckets[b].0 {
+            if !shard.occupied[b].load(Ordering::Relaxed) {
+                continue;
+            }
+            let mut empty = true;
+            // Last slot first: puts fill the first empty slot, so this takes the block put
+            // most recently, still in the cache from its check (the native allocators'
+            // per-thread caches are last in, first out for the same reason).
+            for slot in shard.buckets[b].0.iter().rev() {
                 let packed = slot.load(Ordering::Relaxed);
                 if packed == 0 {
                     continue;
                 }
+                empty = false;
                 let spare = unpack(b, packed);
+                // Every block of a bucket has the same usable size with the allocators this
+                // library runs on; a smaller one is left where it is rather than handed out short.
                 if spare.usable < request {
                     continue;
                 }
@@ -127,35 +147,75 @@ impl SpareBlocks {
                     return Ok(spare);
                 }
             }
+            if empty {
+                shard.occupied[b].store(false, Ordering::Relaxed);
+            }
         }
         Err(Miss::Empty)
     }
 
-    /// Keeps `orig`, a native block of `usable` bytes that nothing uses any more; false when
-    /// it is not kept (too large, its bucket or its shard full) and the caller still owns it.
+    /// Keeps `orig`, a native block of `usable` bytes that nothing uses any more. Whatever is
+    /// not kept goes to `give_back`, at once: `orig` itself when it is too large or sixteen of
+    /// its size wait already, or older spares of other sizes when the shard's budget is used
+    /// up — taken round-robin over the sizes, so that sizes the program has stopped asking for
+    /// do not hold the budget for ever.
     #[inline]
-    pub fn put(&self, orig: usize, usable: usize) -> bool {
+    pub fn put(&self, orig: usize, usable: usize, mut give_back: impl FnMut(usize)) {
         let bucket = usable / GRANULE;
         if bucket >= BUCKETS || orig == 0 || !orig.is_multiple_of(GRANULE) {
-            return false;
+            return give_back(orig);
         }
         let shard = self.own_shard();
-        if shard.bytes.fetch_add(usable, Ordering::Relaxed) + usable > SHARD_BYTES {
+        let slots = &shard.buckets[bucket].0;
+        let Some(first_empty) = slots.iter().position(|s| s.load(Ordering::Relaxed) == 0) else {
+            return give_back(orig);
+        };
+        while shard.bytes.fetch_add(usable, Ordering::Relaxed) + usable > SHARD_BYTES {
             shard.bytes.fetch_sub(usable, Ordering::Relaxed);
-            return false;
+            match self.evict(shard) {
+                Some(older) => give_back(older),
+                None => return give_back(orig),
+            }
         }
         let packed = orig | (usable % GRANULE);
-        for slot in &shard.buckets[bucket].0 {
+        for slot in &slots[first_empty..] {
             if slot.load(Ordering::Relaxed) == 0
                 && slot
                     .compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed)
                     .is_ok()
             {
-                return true;
+                if !shard.occupied[bucket].load(Ordering::Relaxed) {
+                    shard.occupied[bucket].store(true, Ordering::Relaxed);
+                }
+                return;
             }
         }
         shard.bytes.fetch_sub(usable, Ordering::Relaxed);
-        false
+        give_back(orig);
+    }
+
+    /// Takes out one spare of the shard, from the first non-empty bucket at or after the
+    /// shard's cursor, and moves the cursor past that bucket. None when the shard has none.
+    #[cold]
+    fn evict(&self, shard: &Shard) -> Option<usize> {
+        let start = shard.cursor.load(Ordering::Relaxed);
+        for k in 0..BUCKETS {
+            let bucket = (start + k) % BUCKETS;
+            for slot in &shard.buckets[bucket].0 {
+                let packed = slot.load(Ordering::Relaxed);
+                if packed != 0
+                    && slot
+                        .compare_exchange(packed, 0, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    let spare = unpack(bucket, packed);
+                    shard.bytes.fetch_sub(spare.usable, Ordering::Relaxed);
+                    shard.cursor.store(bucket + 1, Ordering::Relaxed);
+                    return Some(spare.orig);
+                }
+            }
+        }
+        None
     }
 
     /// Records that the native allocator gave a request of `request` bytes a block of `usable`

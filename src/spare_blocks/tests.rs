@@ -5,6 +5,19 @@ fn spares() -> Box<SpareBlocks> {
     Box::new(SpareBlocks::new())
 }
 
+/// Puts a block; returns the blocks given back (the caller's to free).
+fn put(s: &SpareBlocks, orig: usize, usable: usize) -> Vec<usize> {
+    let mut given_back = Vec::new();
+    s.put(orig, usable, |b| given_back.push(b));
+    given_back
+}
+
+fn kept(s: &SpareBlocks) -> Vec<Spare> {
+    let mut all = Vec::new();
+    s.for_each(|spare| all.push(spare));
+    all
+}
+
 /// A fake block address (never dereferenced): aligned like a native block.
 fn block(i: usize) -> usize {
     0x1000_0000 + i * 0x1000
@@ -18,8 +31,8 @@ fn a_request_takes_back_the_block_of_its_learned_size_class() {
     s.learn(20, 24);
     s.learn(30, 40);
     assert_eq!(s.take(20), Err(Miss::Empty));
-    assert!(s.put(block(1), 24));
-    assert!(s.put(block(2), 40));
+    assert_eq!(put(&s, block(1), 24), []);
+    assert_eq!(put(&s, block(2), 40), []);
     assert_eq!(
         s.take(30),
         Ok(Spare {
@@ -43,7 +56,7 @@ fn the_usable_size_is_kept_exactly_below_the_alignment() {
     let s = spares();
     for usable in [24, 40, 56, 72, 4088] {
         s.learn(usable, usable);
-        assert!(s.put(block(usable), usable), "{usable}");
+        assert_eq!(put(&s, block(usable), usable), [], "{usable}");
         assert_eq!(
             s.take(usable),
             Ok(Spare {
@@ -57,9 +70,9 @@ fn the_usable_size_is_kept_exactly_below_the_alignment() {
 #[test]
 fn blocks_that_are_large_or_misaligned_are_not_kept() {
     let s = spares();
-    assert!(!s.put(block(1), MAX_USABLE + GRANULE));
-    assert!(!s.put(block(1) + 8, 64));
-    assert!(!s.put(0, 64));
+    assert_eq!(put(&s, block(1), MAX_USABLE + GRANULE), [block(1)]);
+    assert_eq!(put(&s, block(1) + 8, 64), [block(1) + 8]);
+    assert_eq!(put(&s, 0, 64), [0]);
     s.learn(MAX_USABLE + 1, MAX_USABLE + 16);
     assert_eq!(s.take(MAX_USABLE + 1), Err(Miss::Empty));
     let mut n = 0;
@@ -72,7 +85,7 @@ fn a_take_never_hands_out_a_block_smaller_than_the_request() {
     let s = spares();
     s.learn(24, 24);
     // Same bucket (16..=31 on 64-bit), smaller block: an allocator this library does not know.
-    assert!(s.put(block(1), 16));
+    assert_eq!(put(&s, block(1), 16), []);
     assert_eq!(s.take(24), Err(Miss::Empty));
     s.learn(16, 16);
     assert_eq!(
@@ -88,9 +101,9 @@ fn a_take_never_hands_out_a_block_smaller_than_the_request() {
 fn a_full_bucket_refuses_and_the_caller_keeps_the_block() {
     let s = spares();
     for i in 0..WAYS {
-        assert!(s.put(block(i), 64));
+        assert_eq!(put(&s, block(i), 64), []);
     }
-    assert!(!s.put(block(WAYS), 64));
+    assert_eq!(put(&s, block(WAYS), 64), [block(WAYS)]);
     s.learn(64, 64);
     let mut taken = HashSet::new();
     while let Ok(spare) = s.take(64) {
@@ -101,25 +114,31 @@ fn a_full_bucket_refuses_and_the_caller_keeps_the_block() {
 }
 
 #[test]
-fn a_shard_holds_at_most_its_byte_budget() {
+fn a_shard_over_its_budget_gives_back_older_spares_of_other_sizes() {
     let s = spares();
-    let mut kept = 0;
+    let mut given_back = HashSet::new();
+    let mut put_in = Vec::new();
     let mut i = 0;
     for usable in (MAX_USABLE - 64 * GRANULE..=MAX_USABLE).step_by(GRANULE) {
         for _ in 0..WAYS {
             i += 1;
-            if s.put(block(i), usable) {
-                kept += usable;
+            put_in.push(block(i));
+            for b in put(&s, block(i), usable) {
+                assert!(given_back.insert(b), "{b:#x} given back twice");
             }
+            let bytes: usize = kept(&s).iter().map(|k| k.usable).sum();
+            assert!(bytes <= SHARD_BYTES, "{bytes}");
         }
     }
-    assert!(kept <= SHARD_BYTES, "{kept}");
-    assert!(kept > SHARD_BYTES - MAX_USABLE, "{kept}");
-    // Taking one back makes room for one again.
-    let smallest = MAX_USABLE - 64 * GRANULE;
-    s.learn(smallest, smallest);
-    let spare = s.take(smallest).expect("a kept block of the smallest size");
-    assert!(s.put(spare.orig, spare.usable));
+    // Every block is either kept or given back, never both; the newest ones are kept.
+    let kept_now: HashSet<usize> = kept(&s).iter().map(|k| k.orig).collect();
+    assert!(kept_now.is_disjoint(&given_back));
+    assert_eq!(kept_now.len() + given_back.len(), put_in.len());
+    assert!(kept_now.contains(put_in.last().unwrap()));
+    let bytes: usize = kept(&s).iter().map(|k| k.usable).sum();
+    assert!(bytes > SHARD_BYTES - 2 * MAX_USABLE, "{bytes}");
+    // The oldest sizes went first.
+    assert!(given_back.contains(&put_in[0]));
 }
 
 #[test]
@@ -139,9 +158,7 @@ fn threads_putting_and_taking_never_lose_or_duplicate_a_block() {
                 for i in 0..BLOCKS {
                     let usable = [32, 48, 64][i % 3];
                     let b = block(t * BLOCKS + i);
-                    if !s.put(b, usable) {
-                        given_back.push(b);
-                    }
+                    s.put(b, usable, |g| given_back.push(g));
                     if let Ok(spare) = s.take([32, 48, 64][(i * 7) % 3]) {
                         owned.push(spare.orig);
                     }
@@ -168,9 +185,9 @@ fn a_take_accepts_a_spare_up_to_an_eighth_larger_and_no_more() {
     s.learn(800, 800);
     let class = 800 / GRANULE;
     let last = class + 1 + class / SLACK_DIVISOR;
-    assert!(s.put(block(1), (last + 1) * GRANULE));
+    assert_eq!(put(&s, block(1), (last + 1) * GRANULE), []);
     assert_eq!(s.take(800), Err(Miss::Empty));
-    assert!(s.put(block(2), last * GRANULE));
+    assert_eq!(put(&s, block(2), last * GRANULE), []);
     assert_eq!(
         s.take(800),
         Ok(Spare {
