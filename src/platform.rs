@@ -154,6 +154,30 @@ pub fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
     result
 }
 
+/// errno as a call found it, and where this thread's errno lives: saving and restoring around
+/// an allocation call then costs one libc call, not two.
+pub struct SavedErrno {
+    location: *mut c_int,
+    value: c_int,
+}
+
+impl SavedErrno {
+    #[inline(always)]
+    pub fn save() -> Self {
+        // SAFETY: no preconditions; the location is valid for the calling thread's lifetime.
+        let location = unsafe { errno_location() };
+        // SAFETY: as above.
+        let value = unsafe { *location };
+        SavedErrno { location, value }
+    }
+
+    #[inline(always)]
+    pub fn restore(&self) {
+        // SAFETY: the calling thread's errno (a SavedErrno is not Send: raw pointer field).
+        unsafe { *self.location = self.value }
+    }
+}
+
 #[cfg(target_os = "android")]
 unsafe fn errno_location() -> *mut c_int {
     // SAFETY: no preconditions.
