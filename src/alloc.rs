@@ -150,7 +150,7 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
             .checked_add(layout.extra_bytes)
             .ok_or(NativeFailure::TooLarge)?;
         let p = match request {
-            Request::Malloc | Request::Calloc if state.plan.hold_freed => {
+            Request::Malloc | Request::Calloc if state.plan.reuse_freed => {
                 match free_track::native_malloc(state, real) {
                     (p, _) if p == 0 || request == Request::Malloc => p,
                     (p, usable) => {
@@ -188,7 +188,7 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
         .checked_add(alignment)
         .and_then(|r| r.checked_add(layout.extra_bytes))
         .ok_or(NativeFailure::TooLarge)?;
-    let (orig, known_usable) = if state.plan.hold_freed {
+    let (orig, known_usable) = if state.plan.reuse_freed {
         free_track::native_malloc(state, real)
     } else {
         // SAFETY: native allocation.

@@ -160,25 +160,31 @@ pub fn retire(state: &State, entry: Freed, frames: &[usize]) {
         return;
     }
     let pointer = entry.pointer();
-    let (orig, native_usable) = if state.layout.header {
+    let orig = if state.layout.header {
         // SAFETY: header of a block we still own.
-        let h = unsafe { core::ptr::read_unaligned(state.layout.header_of(pointer)) };
-        // Without a rear guard the header's usable size is the native one less what precedes
-        // the user pointer; with one, only the allocator knows.
-        let native = if state.layout.rear_guard_bytes == 0 {
-            h.usable_size + (pointer - h.orig_pointer)
-        } else {
-            // SAFETY: a live native block.
-            unsafe { (state.dispatch.malloc_usable_size)(h.orig_pointer as *const _) }
-        };
-        (h.orig_pointer, native)
+        unsafe { (*state.layout.header_of(pointer)).orig_pointer }
     } else {
-        // SAFETY: a live native block.
-        (pointer, unsafe {
-            (state.dispatch.malloc_usable_size)(pointer as *const _)
-        })
+        pointer
     };
-    SPARES.put(orig, native_usable, |block| give_back(state, block));
+    if state.plan.reuse_freed {
+        let usable = native_usable(state, pointer, orig);
+        SPARES.put(orig, usable, |block| give_back(state, block));
+    } else {
+        give_back(state, orig);
+    }
+}
+
+/// The native usable size of a held block whose native start is `orig`.
+fn native_usable(state: &State, pointer: usize, orig: usize) -> usize {
+    if state.layout.header && state.layout.rear_guard_bytes == 0 {
+        // The header's usable size is the native one less what precedes the user pointer
+        // (with a rear guard it is the request's size, and only the allocator knows).
+        // SAFETY: header of a block we still own.
+        unsafe { (*state.layout.header_of(pointer)).usable_size + (pointer - orig) }
+    } else {
+        // SAFETY: a native block we still own.
+        unsafe { (state.dispatch.malloc_usable_size)(orig as *const _) }
+    }
 }
 
 /// Frees a native block free_track no longer keeps. On Android with signal 33 blocked: every

@@ -20,6 +20,12 @@ pub struct Plan {
     pub fill_on_free: usize,
     /// Hold freed blocks back and check them when they leave (`free_track`): src/free_track.rs.
     pub hold_freed: bool,
+    /// Keep the blocks free_track lets go as spares for later allocations of their size
+    /// (src/spare_blocks.rs). Only on bionic, where they spare Scudo the give-backs that
+    /// stalled the backtrace signal (docs/design.md, "Spare blocks"); glibc has no such signal,
+    /// and there the spares cost time and, through fragmentation, about 3 MiB of peak RSS on
+    /// the benchmark's mix.
+    pub reuse_freed: bool,
     /// Frames of the free-time backtrace kept with a held block; 0: none
     /// (`free_track_backtrace_num_frames`).
     pub free_frames: usize,
@@ -49,6 +55,7 @@ impl Plan {
             fill_on_alloc: bytes_if(bits::FILL_ON_ALLOC, config.fill_on_alloc_bytes),
             fill_on_free: bytes_if(bits::FILL_ON_FREE, config.fill_on_free_bytes),
             hold_freed: config.has(bits::FREE_TRACK),
+            reuse_freed: config.has(bits::FREE_TRACK) && cfg!(target_os = "android"),
             free_frames: bytes_if(bits::FREE_TRACK, config.free_track_backtrace_num_frames),
             realloc_expand: bytes_if(bits::EXPAND_ALLOC, config.expand_alloc_bytes),
             record: config.has(bits::RECORD_ALLOCS),
@@ -89,6 +96,7 @@ mod tests {
                 fill_on_alloc: usize::MAX,
                 fill_on_free: usize::MAX,
                 hold_freed: true,
+                reuse_freed: cfg!(target_os = "android"),
                 free_frames: 16,
                 realloc_expand: 7,
                 record: false,

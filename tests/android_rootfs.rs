@@ -573,6 +573,41 @@ fn small_stack_reports(var: &str, target: &'static str) {
     );
 }
 
+/// free_track's evicted blocks come back to allocations as spares on bionic
+/// (src/spare_blocks.rs): with and without a header, with a rear guard (whose usable size only
+/// the allocator knows) and with verify_pointers, a reused block is zeroed for calloc, filled for
+/// malloc, at least as large as asked, and nothing about it is reported.
+fn spares_are_like_fresh_blocks(var: &str, target: &'static str) {
+    let _serial = serial();
+    let Some((root, lib)) = setup(var, target) else {
+        return;
+    };
+    for options in [
+        "free_track=4 fill_on_alloc",
+        "guard free_track=4 fill_on_alloc",
+        "rear_guard free_track=4 fill_on_alloc",
+        "free_track=4 fill_on_alloc verify_pointers",
+    ] {
+        let run = run_program_in_root(&root, &lib, options, &[], &["spares"]);
+        run.assert_succeeded_with("spares: reused 1 calloc_zero 1 malloc_filled 1 usable_ok 1");
+        assert!(
+            !run.log.iter().any(|l| l.contains("+++ ALLOCATION")),
+            "{options}\n{}",
+            run.describe()
+        );
+    }
+}
+
+#[test]
+fn x86_64_spares_are_like_fresh_blocks_under_real_bionic() {
+    spares_are_like_fresh_blocks("ANDROID_ROOTFS", "x86_64-linux-android");
+}
+
+#[test]
+fn arm64_spares_are_like_fresh_blocks_under_qemu() {
+    spares_are_like_fresh_blocks("ANDROID_ROOTFS_ARM64", "aarch64-linux-android");
+}
+
 #[test]
 fn x86_64_reports_of_a_thread_with_a_small_stack_under_real_bionic() {
     small_stack_reports("ANDROID_ROOTFS", "x86_64-linux-android");

@@ -92,27 +92,6 @@ fn writes_after_free_are_reported_byte_by_byte_at_exit() {
     );
 }
 
-/// free_track's evicted blocks come back to allocations as spares (src/spare_blocks.rs): in
-/// header mode (guards rewritten, header fresh) and without a header, a spare is zeroed for
-/// calloc, filled for malloc, at least as large as asked, and nothing about it is reported.
-#[test]
-fn blocks_reused_from_free_tracks_spares_are_like_fresh_ones() {
-    for options in [
-        "free_track=4 fill_on_alloc",
-        "guard free_track=4 fill_on_alloc",
-        "rear_guard free_track=4 fill_on_alloc",
-        "free_track=4 fill_on_alloc verify_pointers",
-    ] {
-        let out = run("spares", options);
-        assert_eq!(
-            facts(&out),
-            ["reused 1 calloc_zero 1 malloc_filled 1 usable_ok 1"],
-            "{options}"
-        );
-        assert_eq!(report(&out), Vec::<String>::new(), "{options}");
-    }
-}
-
 #[test]
 fn a_damaged_header_in_the_queue_is_reported_without_checking_contents() {
     let out = run("tag_after_free", "guard free_track");

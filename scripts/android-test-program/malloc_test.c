@@ -1,6 +1,6 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
  * Usage: malloc_test [leak|bugs|fork|fork-dlopen|fork-dlopen-report|park|unwind|leaks N|errno|record|
- *                    small-stack]
+ *                    small-stack|spares]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free/mallopt, prints one
  * line per check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that
  * libc's exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation
@@ -10,7 +10,7 @@
  * program leaves through _exit without allocating: the record_allocs file must have been written
  * by the signal's handler. With "errno", see errno_test; "fork", fork_test; "fork-dlopen",
  * fork_dlopen_test; "park" and "unwind", park_test and unwind_test; "small-stack",
- * small_stack_test. Prototypes are declared by hand: no bionic headers here. */
+ * small_stack_test; "spares", spares_test. Prototypes are declared by hand: no bionic headers here. */
 
 typedef unsigned long size_t;
 
@@ -409,6 +409,43 @@ static void errno_test(void) {
   dprintf(1, "errno kept in %d calls, clobbered in %d\n", calls - clobbered, clobbered);
 }
 
+/* "spares": blocks that leave free_track's queue come back to allocations of their size (the
+ * library's spares), holding the old block's 0xef fill and header: each must look exactly like a
+ * fresh block. Prints whether any was reused and whether all were zeroed, filled and large
+ * enough. */
+static int all_bytes(const unsigned char* p, size_t from, size_t to, unsigned char v) {
+  for (size_t i = from; i < to; i++)
+    if (p[i] != v) return 0;
+  return 1;
+}
+
+static void spares_test(void) {
+  enum { ROUNDS = 64, TAKERS = 16 };
+  void* freed[ROUNDS];
+  for (int i = 0; i < ROUNDS; i++) {
+    unsigned char* p = malloc(100);
+    memset(p, 'x', 100);
+    freed[i] = p;
+    free(p);
+  }
+  int reused = 0, zero = 1, filled = 1, usable_ok = 1;
+  void* taken[2 * TAKERS];
+  for (int i = 0; i < TAKERS; i++) {
+    unsigned char* c = calloc(1, 100);
+    unsigned char* m = malloc(100);
+    zero &= all_bytes(c, 0, malloc_usable_size(c), 0);
+    filled &= all_bytes(m, 0, 100, 0xeb);
+    usable_ok &= malloc_usable_size(c) >= 100 && malloc_usable_size(m) >= 100;
+    memset(m, 'y', malloc_usable_size(m));
+    for (int j = 0; j < ROUNDS; j++) reused += (freed[j] == c) + (freed[j] == m);
+    taken[2 * i] = c;
+    taken[2 * i + 1] = m;
+  }
+  for (int i = 0; i < 2 * TAKERS; i++) free(taken[i]);
+  dprintf(1, "spares: reused %d calloc_zero %d malloc_filled %d usable_ok %d\n", reused > 0, zero,
+          filled, usable_ok);
+}
+
 static void check(const char* what, int ok) {
   dprintf(1, "%s: %s\n", what, ok ? "ok" : "FAILED");
   if (!ok) failures++;
@@ -475,6 +512,7 @@ int main(int argc, char** argv, char** envp) {
   if (argc > 1 && strcmp(argv[1], "park") == 0) park_test(200);
   if (argc > 1 && strcmp(argv[1], "unwind") == 0) unwind_test(1000);
   if (argc > 1 && strcmp(argv[1], "small-stack") == 0) small_stack_test();
+  if (argc > 1 && strcmp(argv[1], "spares") == 0) spares_test();
   if (argc > 2 && strcmp(argv[1], "unwind-delayed") == 0) {
     delay_frees = 100;
     int n = 0;

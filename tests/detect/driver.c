@@ -53,35 +53,6 @@ int main(int argc, char** argv) {
     p[99] = 'y';
     printf("p %p\n", (void*)p);
     d_finalize();  // verifies the queue
-  } else if (strcmp(s, "spares") == 0) {
-    // Blocks that leave free_track's queue come back to allocations of their size (the spares
-    // of src/spare_blocks.rs), holding the old block's 0xef fill and header: each must look
-    // exactly like a fresh block.
-    enum { ROUNDS = 64, TAKERS = 16 };
-    void* freed[ROUNDS];
-    for (int i = 0; i < ROUNDS; i++) {
-      unsigned char* p = d_malloc(100);
-      memset(p, 'x', 100);
-      freed[i] = p;
-      d_free(p);
-    }
-    int reused = 0, zero = 1, filled = 1, usable_ok = 1;
-    void* taken[2 * TAKERS];
-    for (int i = 0; i < TAKERS; i++) {
-      unsigned char* c = d_calloc(1, 100);
-      unsigned char* m = d_malloc(100);
-      zero &= all_bytes(c, 0, d_malloc_usable_size(c), 0);
-      filled &= all_bytes(m, 0, 100, 0xeb);
-      usable_ok &= d_malloc_usable_size(c) >= 100 && d_malloc_usable_size(m) >= 100;
-      memset(m, 'y', d_malloc_usable_size(m));
-      for (int j = 0; j < ROUNDS; j++) reused += (freed[j] == c) + (freed[j] == m);
-      taken[2 * i] = c;
-      taken[2 * i + 1] = m;
-    }
-    for (int i = 0; i < 2 * TAKERS; i++) d_free(taken[i]);
-    printf("reused %d calloc_zero %d malloc_filled %d usable_ok %d\n", reused > 0, zero, filled,
-           usable_ok);
-    d_finalize();
   } else if (strcmp(s, "tag_after_free") == 0) {
     unsigned char* p = d_malloc(100);
     d_free(p);
