@@ -29,6 +29,8 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 const PREFIX: usize = 3;
 /// Notes per memo slot.
 const NOTES_PER_MEMO: usize = 4;
+/// `Note::version` of an empty note.
+const EMPTY: u32 = 0;
 
 /// The memo version a capture's replay pushed, and how many frames the walk had pushed
 /// before it.
@@ -70,8 +72,11 @@ impl MemoHit {
 #[repr(C, align(64))]
 struct Note {
     seq: AtomicU32,
-    /// The memo version the note was made for (its sequence number, always even); `u32::MAX`
-    /// (odd, never a version) while empty.
+    /// The memo version the note was made for (its sequence number: even, and at least 2 once
+    /// the memo was written); 0 while empty. Zero, not an impossible odd value, so that the
+    /// notes start as zero bytes: the array is then in .bss, and the pages that lookups only
+    /// read stay the kernel's zero page instead of 256 KiB of the library's file counted in
+    /// the program's RSS. A memo whose sequence wraps to 0 gets no note.
     version: AtomicU32,
     prefix_len: AtomicU32,
     value: AtomicU64,
@@ -91,7 +96,7 @@ impl Notes {
                 [const {
                     Note {
                         seq: AtomicU32::new(0),
-                        version: AtomicU32::new(u32::MAX),
+                        version: AtomicU32::new(EMPTY),
                         prefix_len: AtomicU32::new(0),
                         value: AtomicU64::new(0),
                         prefix: [const { AtomicUsize::new(0) }; PREFIX],
@@ -105,6 +110,9 @@ impl Notes {
     /// `hit.prefix_len()` frames), if any.
     #[inline]
     pub fn get(&self, hit: &MemoHit, prefix: &[usize]) -> Option<u64> {
+        if hit.seq() == EMPTY {
+            return None;
+        }
         let notes = self.notes.get(hit.memo())?;
         notes.iter().find_map(|note| note.read(hit.seq(), prefix))
     }
@@ -117,7 +125,7 @@ impl Notes {
         let Some(notes) = self.notes.get(hit.memo()) else {
             return;
         };
-        if prefix.len() > PREFIX {
+        if prefix.len() > PREFIX || hit.seq() == EMPTY {
             return;
         }
         let this_version = |n: &&Note| n.version.load(Ordering::Relaxed) == hit.seq();
