@@ -207,8 +207,13 @@ pub fn native_malloc(state: &State, request: usize) -> (usize, Option<usize>) {
         Ok(spare) => return (spare.orig, Some(spare.usable)),
         Err(miss) => miss,
     };
-    // SAFETY: native allocation.
-    let orig = unsafe { (state.dispatch.malloc)(request) } as usize;
+    let orig = {
+        // With spares, this thread's own frees no longer refill the native allocator's cache,
+        // so a miss is often a refill under the size class's lock: blocked like a give-back.
+        let _blocked = crate::sync::BacktraceSignalBlock::new();
+        // SAFETY: native allocation.
+        unsafe { (state.dispatch.malloc)(request) as usize }
+    };
     if orig == 0 || miss != Miss::Unlearned {
         return (orig, None);
     }
