@@ -25,9 +25,10 @@
 //! Which bucket a request of `n` bytes takes from is the usable size the native allocator gave
 //! the last request in `n`'s word-sized range: learned from the allocator itself (glibc, Scudo
 //! and jemalloc all map a request to its size class by a rule that is constant over such a
-//! range), so a spare is exactly the block the allocator would have returned, in size. Blocks
-//! larger than `MAX_USABLE` are not kept: they come from the allocator's page-level paths,
-//! whose cost is elsewhere.
+//! range), and a take accepts up to about an eighth more (Scudo's usable size is the request
+//! itself, so only that slack makes its blocks reusable for nearby requests). Blocks larger
+//! than `MAX_USABLE` are not kept: a handful of them would fill a shard's budget, and programs
+//! free them far less often than small ones.
 
 use core::mem::size_of;
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
@@ -36,7 +37,7 @@ use core::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 /// block address has this many low bits free for the usable size's remainder.
 const GRANULE: usize = 2 * size_of::<usize>();
 /// Largest usable size kept.
-pub const MAX_USABLE: usize = 4096;
+pub const MAX_USABLE: usize = 16 << 10;
 const BUCKETS: usize = MAX_USABLE / GRANULE + 1;
 /// Requests are classed per word: every allocator this library runs on gives the same usable
 /// size to all requests in `((k - 1) * word, k * word]`.
