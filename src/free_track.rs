@@ -168,9 +168,9 @@ pub fn retire(state: &State, entry: Freed, frames: &[usize]) {
     };
     if state.plan.reuse_freed {
         let usable = native_usable(state, pointer, orig);
-        SPARES.put(orig, usable, |block| give_back(state, block));
+        SPARES.put(orig, usable, |blocks| give_back(state, blocks));
     } else {
-        give_back(state, orig);
+        give_back(state, &[orig]);
     }
 }
 
@@ -187,14 +187,16 @@ fn native_usable(state: &State, pointer: usize, orig: usize) -> usize {
     }
 }
 
-/// Frees a native block free_track no longer keeps. On Android with signal 33 blocked: every
+/// Frees native blocks free_track no longer keeps. On Android with signal 33 blocked: every
 /// backtrace-signal stall under free_track was a give-back that Scudo's drain made wait
-/// (docs/design.md, "Spare blocks"); the spares keep these rare.
-fn give_back(state: &State, orig: usize) {
+/// (docs/design.md, "Spare blocks"); the spares keep these rare, and batch them.
+fn give_back(state: &State, blocks: &[usize]) {
     let _blocked = crate::sync::BacktraceSignalBlock::new();
-    // SAFETY: a native block free_track held (a queued block's or a spare's), freed exactly
-    // once: it left the queue or the spares before this call.
-    unsafe { (state.dispatch.free)(orig as *mut _) };
+    for &orig in blocks {
+        // SAFETY: a native block free_track held (a queued block's or a spare's), freed
+        // exactly once: it left the queue or the spares before this call.
+        unsafe { (state.dispatch.free)(orig as *mut _) };
+    }
 }
 
 /// A native block of at least `request` bytes for an allocation under free_track: a spare of

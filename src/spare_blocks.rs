@@ -156,30 +156,56 @@ impl SpareBlocks {
     }
 
     /// Keeps `orig`, a native block of `usable` bytes that nothing uses any more. Whatever is
-    /// not kept goes to `give_back`, at once: `orig` itself when it is too large or sixteen of
-    /// its size wait already, or older spares of other sizes when the shard's budget is used
-    /// up — taken round-robin over the sizes, so that sizes the program has stopped asking for
-    /// do not hold the budget for ever.
+    /// not kept goes to `give_back`, in one call: `orig` itself when it is too large; when
+    /// sixteen of its size wait already, the newer half of them (so that the next puts of the
+    /// size find room, and the caller's cost per give-back is shared by several); when the
+    /// shard's budget is used up, older spares of other sizes, taken round-robin over the sizes
+    /// until an eighth of the budget is free (so that sizes the program has stopped asking for
+    /// do not hold it for ever).
     #[inline]
-    pub fn put(&self, orig: usize, usable: usize, mut give_back: impl FnMut(usize)) {
+    pub fn put(&self, orig: usize, usable: usize, give_back: impl FnOnce(&[usize])) {
+        let mut returned = Returned::new();
+        self.keep(orig, usable, &mut returned);
+        if returned.len > 0 {
+            give_back(&returned.blocks[..returned.len]);
+        }
+    }
+
+    #[inline]
+    fn keep(&self, orig: usize, usable: usize, returned: &mut Returned) {
         let bucket = usable / GRANULE;
         if bucket >= BUCKETS || orig == 0 || !orig.is_multiple_of(GRANULE) {
-            return give_back(orig);
+            return returned.push(orig);
         }
         let shard = self.own_shard();
         let slots = &shard.buckets[bucket].0;
-        let Some(first_empty) = slots.iter().position(|s| s.load(Ordering::Relaxed) == 0) else {
-            return give_back(orig);
-        };
-        while shard.bytes.fetch_add(usable, Ordering::Relaxed) + usable > SHARD_BYTES {
+        if slots.iter().all(|s| s.load(Ordering::Relaxed) != 0) {
+            for slot in &slots[WAYS / 2..] {
+                let packed = slot.swap(0, Ordering::Acquire);
+                if packed != 0 {
+                    let spare = unpack(bucket, packed);
+                    shard.bytes.fetch_sub(spare.usable, Ordering::Relaxed);
+                    returned.push(spare.orig);
+                }
+            }
+        }
+        if shard.bytes.fetch_add(usable, Ordering::Relaxed) + usable > SHARD_BYTES {
             shard.bytes.fetch_sub(usable, Ordering::Relaxed);
-            match self.evict(shard) {
-                Some(older) => give_back(older),
-                None => return give_back(orig),
+            while returned.len < returned.blocks.len() - 1
+                && shard.bytes.load(Ordering::Relaxed) + usable > SHARD_BYTES - SHARD_BYTES / 8
+            {
+                match self.evict(shard) {
+                    Some(older) => returned.push(older),
+                    None => break,
+                }
+            }
+            if shard.bytes.fetch_add(usable, Ordering::Relaxed) + usable > SHARD_BYTES {
+                shard.bytes.fetch_sub(usable, Ordering::Relaxed);
+                return returned.push(orig);
             }
         }
         let packed = orig | (usable % GRANULE);
-        for slot in &slots[first_empty..] {
+        for slot in slots {
             if slot.load(Ordering::Relaxed) == 0
                 && slot
                     .compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed)
@@ -192,7 +218,7 @@ impl SpareBlocks {
             }
         }
         shard.bytes.fetch_sub(usable, Ordering::Relaxed);
-        give_back(orig);
+        returned.push(orig);
     }
 
     /// Takes out one spare of the shard, from the first non-empty bucket at or after the
@@ -248,6 +274,27 @@ impl SpareBlocks {
 
     fn own_shard(&self) -> &Shard {
         &self.shards[crate::platform::thread_shard(SHARDS)]
+    }
+}
+
+/// The blocks one put gives back: half a bucket, the evictions that free an eighth of a budget,
+/// the block itself.
+struct Returned {
+    blocks: [usize; WAYS / 2 + 16 + 1],
+    len: usize,
+}
+
+impl Returned {
+    fn new() -> Self {
+        Returned {
+            blocks: [0; WAYS / 2 + 16 + 1],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, block: usize) {
+        self.blocks[self.len] = block;
+        self.len += 1;
     }
 }
 
