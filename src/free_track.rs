@@ -42,6 +42,9 @@ impl Freed {
 /// README's "Differences from the reference" the order in which blocks leave).
 pub static FREE_QUEUE: FreeQueue<Freed> = FreeQueue::new();
 
+/// Blocks allocated ahead when a take misses.
+const PREFILL: usize = 3;
+
 /// The blocks that left the queue, kept for reuse (src/spare_blocks.rs explains why).
 static SPARES: SpareBlocks = SpareBlocks::new();
 
@@ -214,7 +217,11 @@ pub fn native_malloc(state: &State, request: usize) -> (usize, Option<usize>) {
         // so a miss is often a refill under the size class's lock: blocked like a give-back.
         let _blocked = crate::sync::BacktraceSignalBlock::new();
         // SAFETY: native allocation.
-        unsafe { (state.dispatch.malloc)(request) as usize }
+        let orig = unsafe { (state.dispatch.malloc)(request) as usize };
+        if orig != 0 && miss == Miss::Empty {
+            prefill(state, request);
+        }
+        orig
     };
     if orig == 0 || miss != Miss::Unlearned {
         return (orig, None);
@@ -223,6 +230,27 @@ pub fn native_malloc(state: &State, request: usize) -> (usize, Option<usize>) {
     let usable = unsafe { (state.dispatch.malloc_usable_size)(orig as *const _) };
     SPARES.learn(request, usable);
     (orig, Some(usable))
+}
+
+/// Spares allocated ahead for a request whose size class ran dry, inside the caller's blocked
+/// window: the next requests of the size then find them, and the window's cost is shared.
+fn prefill(state: &State, request: usize) {
+    for _ in 0..PREFILL {
+        // SAFETY: native allocation.
+        let extra = unsafe { (state.dispatch.malloc)(request) as usize };
+        if extra == 0 {
+            return;
+        }
+        // SAFETY: the block the allocator just returned.
+        let usable = unsafe { (state.dispatch.malloc_usable_size)(extra as *const _) };
+        SPARES.put(extra, usable, |blocks| {
+            for &block in blocks {
+                // SAFETY: blocks the spares did not keep, ours to free once (the signal is
+                // blocked by the caller).
+                unsafe { (state.dispatch.free)(block as *mut _) };
+            }
+        });
+    }
 }
 
 /// At exit: every queued block is checked, in queue order; nothing is released.
