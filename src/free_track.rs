@@ -232,6 +232,31 @@ pub fn native_malloc(state: &State, request: usize) -> (usize, Option<usize>) {
     (orig, Some(usable))
 }
 
+/// realloc without a header under free_track on bionic. When the block moves, the native
+/// realloc allocates and frees inside the allocator, under its size-class locks with the
+/// backtrace signal unblocked (it stalled unwinds, 1 in 10,000, once the rest was blocked); so
+/// the block is resized here. It stays where it is when the new size fits and uses at least
+/// half of it; else it moves to a spare or a blocked native allocation (`native_malloc`), and
+/// its old native block becomes a spare. Returns 0, the old block untouched, when the
+/// allocation fails.
+pub fn native_realloc(state: &State, old: usize, request: usize) -> usize {
+    // SAFETY: a verified live native block.
+    let old_usable = unsafe { (state.dispatch.malloc_usable_size)(old as *const _) };
+    if request <= old_usable && request >= old_usable / 2 {
+        return old;
+    }
+    let (new, _) = native_malloc(state, request);
+    if new == 0 {
+        return 0;
+    }
+    // SAFETY: two distinct live native blocks, each at least as long as what is copied.
+    unsafe {
+        core::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, old_usable.min(request))
+    };
+    SPARES.put(old, old_usable, |blocks| give_back(state, blocks));
+    new
+}
+
 /// Spares allocated ahead for a request whose size class ran dry, inside the caller's blocked
 /// window: the next requests of the size then find them, and the window's cost is shared.
 fn prefill(state: &State, request: usize) {

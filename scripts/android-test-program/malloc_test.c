@@ -442,8 +442,21 @@ static void spares_test(void) {
     taken[2 * i + 1] = m;
   }
   for (int i = 0; i < 2 * TAKERS; i++) free(taken[i]);
-  dprintf(1, "spares: reused %d calloc_zero %d malloc_filled %d usable_ok %d\n", reused > 0, zero,
-          filled, usable_ok);
+  /* Without a header the library resizes blocks itself on bionic (moving them through the
+   * spares): contents must survive growing, shrinking a little and shrinking a lot. */
+  int realloc_kept = 1;
+  unsigned char* r = malloc(100);
+  memset(r, 'r', 100);
+  r = realloc(r, 3000);
+  realloc_kept &= r != 0 && all_bytes(r, 0, 100, 'r');
+  memset(r, 's', 3000);
+  r = realloc(r, 2000);
+  realloc_kept &= r != 0 && all_bytes(r, 0, 2000, 's');
+  r = realloc(r, 50);
+  realloc_kept &= r != 0 && all_bytes(r, 0, 50, 's') && malloc_usable_size(r) >= 50;
+  free(r);
+  dprintf(1, "spares: reused %d calloc_zero %d malloc_filled %d usable_ok %d realloc_kept %d\n",
+          reused > 0, zero, filled, usable_ok, realloc_kept);
 }
 
 static void check(const char* what, int ok) {

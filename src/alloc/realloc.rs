@@ -8,6 +8,7 @@ use super::{
 };
 use crate::crossing;
 use crate::entry::Entered;
+use crate::free_track;
 use crate::guard;
 use crate::record_allocs;
 use crate::tracking;
@@ -183,8 +184,12 @@ fn realloc_native(cx: &Entered, old_block: Untracked, real: usize) -> *mut c_voi
     } else {
         0
     };
-    // SAFETY: as above.
-    let new = unsafe { (d.realloc)(old as *mut c_void, real) } as usize;
+    let new = if state.plan.reuse_freed {
+        free_track::native_realloc(state, old, real)
+    } else {
+        // SAFETY: as above.
+        unsafe { (d.realloc)(old as *mut c_void, real) as usize }
+    };
     if new == 0 {
         // The old block is still allocated: keep it tracked (the reference loses it here).
         old_block.keep();
