@@ -15,9 +15,9 @@
 //!
 //! The structure is a set of buckets per shard of threads (the thread pointer hashed, as the
 //! queue's rings are). A bucket holds the blocks of one native usable size, in up to `WAYS`
-//! slots (two cache lines on 64-bit targets); a slot holds a block's address with the usable size's low bits
-//! packed below the allocator's alignment, so a taker knows the exact usable size without a
-//! native call. Puts and takes are one compare-and-swap on a slot: nothing waits, so the
+//! slots (two cache lines on 64-bit targets); a slot holds a block's address with the usable
+//! size's low bits packed below the allocator's alignment, so a taker knows the exact usable
+//! size without a native call. Puts and takes are one compare-and-swap on a slot: nothing waits, so the
 //! signal-33 rule of docs/design.md holds. Each shard's bytes are bounded (`SHARD_BYTES`): a
 //! block that finds its size's slots full is given back by the caller as before, and one that
 //! finds the budget used up takes the place of older spares, which are given back instead.
@@ -66,6 +66,8 @@ pub enum Miss {
     /// The request's size class is not known yet: the caller should `learn` it from the block
     /// the native allocator gives it.
     Unlearned,
+    /// No spare is ever this large.
+    TooLarge,
 }
 
 #[repr(C, align(64))]
@@ -112,7 +114,7 @@ impl SpareBlocks {
     #[inline]
     pub fn take(&self, request: usize) -> Result<Spare, Miss> {
         let Some(class) = self.class_of_request.get(request.div_ceil(REQUEST_STEP)) else {
-            return Err(Miss::Empty);
+            return Err(Miss::TooLarge);
         };
         let bucket = match class.load(Ordering::Relaxed) {
             0 => return Err(Miss::Unlearned),

@@ -74,7 +74,7 @@ fn blocks_that_are_large_or_misaligned_are_not_kept() {
     assert_eq!(put(&s, block(1) + 8, 64), [block(1) + 8]);
     assert_eq!(put(&s, 0, 64), [0]);
     s.learn(MAX_USABLE + 1, MAX_USABLE + 16);
-    assert_eq!(s.take(MAX_USABLE + 1), Err(Miss::Empty));
+    assert_eq!(s.take(MAX_USABLE + 1), Err(Miss::TooLarge));
     let mut n = 0;
     s.for_each(|_| n += 1);
     assert_eq!(n, 0);
