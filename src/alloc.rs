@@ -169,8 +169,16 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
             Request::Malloc => unsafe { (d.malloc)(real) as usize },
             // SAFETY: as above.
             Request::Calloc => unsafe { (d.calloc)(1, real) as usize },
-            // SAFETY: as above.
-            Request::Memalign(alignment) => unsafe { (d.memalign)(alignment, real) as usize },
+            Request::Memalign(alignment) => {
+                // Under spares the native allocator's locks are taken with the backtrace signal
+                // blocked (docs/design.md, "Spare blocks"); elsewhere this blocks nothing.
+                let _blocked = state
+                    .plan
+                    .reuse_freed
+                    .then(crate::sync::BacktraceSignalBlock::new);
+                // SAFETY: as above.
+                unsafe { (d.memalign)(alignment, real) as usize }
+            }
         };
         return if p == 0 {
             Err(NativeFailure::Refused)
