@@ -9,7 +9,7 @@ use crate::entry::Entered;
 use crate::free_track;
 use crate::guard;
 use crate::header::{DEBUG_FREE_TAG, DEBUG_TAG, Header};
-use crate::platform::{errno, set_errno};
+use crate::platform::{keeping_errno, set_errno};
 use crate::record_allocs;
 use crate::state::State;
 use crate::tracking;
@@ -153,14 +153,9 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
             Request::Malloc | Request::Calloc if state.plan.reuse_freed => {
                 match free_track::native_malloc(state, real) {
                     (p, _) if p == 0 || request == Request::Malloc => p,
+                    // calloc from a spare or a plain malloc: zero what the caller may use.
                     (p, usable) => {
-                        // calloc from a spare or a plain malloc: zero what the caller may use.
-                        // SAFETY: a native block of (at least) `usable` bytes, all ours.
-                        let usable = usable.unwrap_or_else(|| unsafe {
-                            (d.malloc_usable_size)(p as *const c_void)
-                        });
-                        // SAFETY: as above.
-                        unsafe { core::ptr::write_bytes(p as *mut u8, 0, usable) };
+                        zero_fresh(state, p, usable);
                         p
                     }
                 }
@@ -216,24 +211,31 @@ fn native_block(state: &State, request: Request, size: usize) -> Result<usize, N
         tracking::prefetch(header_at + layout.pointer_offset);
     }
     let usable = if request == Request::Calloc {
-        // SAFETY: `orig` was just returned by the native allocator (or is a spare of free_track's,
-        // as good as one); all of it is ours to zero.
-        let usable = known_usable
-            .unwrap_or_else(|| unsafe { (d.malloc_usable_size)(orig as *const c_void) });
-        // SAFETY: as above.
-        unsafe { core::ptr::write_bytes(orig as *mut u8, 0, usable) };
-        usable
+        zero_fresh(state, orig, known_usable)
     } else if layout.rear_guard_bytes > 0 {
         // With a rear guard the usable size is the requested size: no need to ask the
         // allocator (a native call on every allocation).
         usize::MAX
-    } else if let Some(usable) = known_usable {
-        usable
     } else {
-        // SAFETY: `orig` was just returned by the native allocator.
-        unsafe { (d.malloc_usable_size)(orig as *const c_void) }
+        usable_of_fresh(state, orig, known_usable)
     };
     init_header(state, orig, header_at, size, usable).ok_or(NativeFailure::Refused)
+}
+
+/// The usable size of a native block just obtained: the one free_track's spares already knew
+/// (`known`), else the allocator's answer.
+fn usable_of_fresh(state: &State, block: usize, known: Option<usize>) -> usize {
+    // SAFETY: `block` was just returned by the native allocator (or is a spare, as good as one).
+    known.unwrap_or_else(|| unsafe { (state.dispatch.malloc_usable_size)(block as *const c_void) })
+}
+
+/// calloc's zeroing of a native block just obtained: all of it, what the caller may use.
+/// Returns its usable size.
+fn zero_fresh(state: &State, block: usize, known: Option<usize>) -> usize {
+    let usable = usable_of_fresh(state, block, known);
+    // SAFETY: the block is fresh and all `usable` bytes of it are ours.
+    unsafe { core::ptr::write_bytes(block as *mut u8, 0, usable) };
+    usable
 }
 
 /// The internal malloc shared by malloc and realloc (docs/spec/allocation.md#malloc).
@@ -358,9 +360,8 @@ pub fn posix_memalign(cx: &Entered, out: *mut *mut c_void, alignment: usize, siz
     if alignment < size_of::<usize>() || !alignment.is_power_of_two() {
         return libc::EINVAL;
     }
-    let saved = errno();
-    let p = memalign(cx, alignment, size);
-    set_errno(saved);
+    // posix_memalign reports failure by its result and never changes errno.
+    let p = keeping_errno(|| memalign(cx, alignment, size));
     if p.is_null() {
         return libc::ENOMEM;
     }

@@ -54,9 +54,18 @@ pub extern "C" fn debug_finalize() {
 /// the one the size rules or the native allocator set (docs/spec/allocation.md#size-limits-and-errno).
 #[inline(always)]
 fn errno_kept_on_success(call: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    errno_kept_if(call, |p| !p.is_null())
+}
+
+/// `errno_kept_on_success` for a call whose success `succeeded` tells from its result.
+#[inline(always)]
+fn errno_kept_if(
+    call: impl FnOnce() -> *mut c_void,
+    succeeded: impl FnOnce(*mut c_void) -> bool,
+) -> *mut c_void {
     let saved = platform::SavedErrno::save();
     let p = call();
-    if !p.is_null() {
+    if succeeded(p) {
         saved.restore();
     }
     p
@@ -76,13 +85,9 @@ pub unsafe extern "C" fn debug_malloc(size: usize) -> *mut c_void {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_free(pointer: *mut c_void) {
     match entry::enter_allocation() {
-        Some(cx) if !pointer.is_null() => {
-            // free never changes errno (POSIX.1-2024), though verification and free_track's
-            // queue make system calls that may.
-            let saved = platform::SavedErrno::save();
-            alloc::free(&cx, pointer);
-            saved.restore();
-        }
+        // free never changes errno (POSIX.1-2024), though verification and free_track's queue
+        // make system calls that may.
+        Some(cx) if !pointer.is_null() => keeping_errno(|| alloc::free(&cx, pointer)),
         _ => {
             if let Some(d) = native() {
                 crossing::free(d, pointer);
@@ -105,15 +110,11 @@ pub unsafe extern "C" fn debug_calloc(nmemb: usize, bytes: usize) -> *mut c_void
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn debug_realloc(pointer: *mut c_void, bytes: usize) -> *mut c_void {
     match entry::enter_allocation() {
-        Some(cx) => {
-            let saved = platform::SavedErrno::save();
-            let p = alloc::realloc(&cx, pointer, bytes);
-            // realloc(p, 0) succeeds with NULL: it frees.
-            if !p.is_null() || bytes == 0 {
-                saved.restore();
-            }
-            p
-        }
+        // realloc(p, 0) succeeds with NULL: it frees.
+        Some(cx) => errno_kept_if(
+            || alloc::realloc(&cx, pointer, bytes),
+            |p| !p.is_null() || bytes == 0,
+        ),
         None => native().map_or(null_mut(), |d| crossing::realloc(d, pointer, bytes)),
     }
 }

@@ -195,9 +195,14 @@ fn native_usable(state: &State, pointer: usize, orig: usize) -> usize {
 /// (docs/design.md, "Spare blocks"); the spares keep these rare, and batch them.
 fn give_back(state: &State, blocks: &[usize]) {
     let _blocked = crate::sync::BacktraceSignalBlock::new();
+    free_all(state, blocks);
+}
+
+/// `give_back` for a caller that has the signal blocked already.
+fn free_all(state: &State, blocks: &[usize]) {
     for &orig in blocks {
-        // SAFETY: a native block free_track held (a queued block's or a spare's), freed
-        // exactly once: it left the queue or the spares before this call.
+        // SAFETY: a native block free_track held (a queued block's, a spare's or one allocated
+        // ahead), freed exactly once: it left the queue or the spares before this call.
         unsafe { (state.dispatch.free)(orig as *mut _) };
     }
 }
@@ -268,13 +273,7 @@ fn prefill(state: &State, request: usize) {
         }
         // SAFETY: the block the allocator just returned.
         let usable = unsafe { (state.dispatch.malloc_usable_size)(extra as *const _) };
-        SPARES.put(extra, usable, |blocks| {
-            for &block in blocks {
-                // SAFETY: blocks the spares did not keep, ours to free once (the signal is
-                // blocked by the caller).
-                unsafe { (state.dispatch.free)(block as *mut _) };
-            }
-        });
+        SPARES.put(extra, usable, |blocks| free_all(state, blocks));
     }
 }
 

@@ -148,9 +148,9 @@ pub fn set_errno(value: c_int) {
 /// alone (README "Differences from the reference").
 #[inline]
 pub fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
-    let saved = errno();
+    let saved = SavedErrno::save();
     let result = f();
-    set_errno(saved);
+    saved.restore();
     result
 }
 

@@ -6,6 +6,7 @@
 use super::*;
 use crate::config::{FRONT_GUARD_BYTE, REAR_GUARD_BYTE};
 use crate::entry::enter_for_test;
+use crate::platform::errno;
 use std::vec::Vec;
 
 fn bytes_at(pointer: usize, len: usize) -> Vec<u8> {
