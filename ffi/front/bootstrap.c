@@ -117,7 +117,12 @@ static bool init_shared_library(void* handle, const char* shared_lib, MallocDisp
 /* The exit handler. Like bionic's MallocFiniImpl it closes the standard streams first so that
  * their buffers are not reported as leaks, but it keeps file descriptors 0-2 open (the host log
  * sink is fd 2, and later exit work may still write to them) and skips streams the program has
- * already closed (coreutils close their standard streams in their own exit handlers). */
+ * already closed (coreutils close their standard streams in their own exit handlers).
+ * Each stream is closed through a duplicate of its descriptor: closing the descriptor itself
+ * and putting it back with dup2 left it free for a moment, and another thread opening a file
+ * then was given it, only to lose it to the dup2 (docs/design.md, "The front at exit"). When no
+ * duplicate can be made the stream stays open: its buffer is reported rather than a descriptor
+ * number freed. */
 static void malloc_fini(void* arg) {
   (void)arg;
   fflush(NULL);
@@ -125,12 +130,10 @@ static void malloc_fini(void* arg) {
   for (int i = 0; i < 3; i++) {
     int fd = fileno(streams[i]);
     if (fd < 0) continue;
-    int saved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    int spare = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (spare < 0) continue;
+    streams[i]->_fileno = spare; /* glibc's FILE: fclose closes the spare, fd stays */
     fclose(streams[i]);
-    if (saved >= 0) {
-      dup2(saved, fd);
-      close(saved);
-    }
   }
   finalize_func_t fn = (finalize_func_t)g_functions[FUNC_FINALIZE];
   if (fn != NULL) fn();
