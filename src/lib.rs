@@ -38,6 +38,7 @@ mod output;
 mod pages;
 mod plan;
 mod platform;
+mod presence_map;
 mod record_allocs;
 mod report;
 mod report_stack;

@@ -121,6 +121,10 @@ pub unsafe fn initialize(
         crate::failure::set_epilogue(crate::error_context::log_allocation);
         crate::tracking::set_in_use_elsewhere(crate::error_context::mark_queued);
     }
+    let plan = crate::plan::Plan::new(&config);
+    if plan.presence_only {
+        crate::tracking::use_presence_map();
+    }
     // SAFETY: INIT_PHASE makes this the only initialising call, and nothing has read the state.
     unsafe {
         state::publish(State {
@@ -128,7 +132,7 @@ pub unsafe fn initialize(
             zygote_child,
             config,
             layout: Layout::new(&config),
-            plan: crate::plan::Plan::new(&config),
+            plan,
         })
     };
     if config.has(bits::VERBOSE) {

@@ -276,20 +276,26 @@ pub fn build_fingerprint(out: &mut dyn FnMut(&[u8])) {
 
 /// Reads 4 bytes at an address that may not be mapped, without faulting.
 pub fn read_foreign_u32(address: usize) -> Option<u32> {
-    let mut value = 0u32;
+    let mut value = [0u8; 4];
+    read_foreign(address, &mut value).then(|| u32::from_ne_bytes(value))
+}
+
+/// Fills `into` from memory at `address` that may not be mapped (or may be unmapped meanwhile
+/// by another thread), without faulting: true when all of it could be read.
+pub fn read_foreign(address: usize, into: &mut [u8]) -> bool {
     let local = libc::iovec {
-        iov_base: (&mut value as *mut u32).cast(),
-        iov_len: 4,
+        iov_base: into.as_mut_ptr().cast(),
+        iov_len: into.len(),
     };
     let remote = libc::iovec {
         iov_base: address as *mut libc::c_void,
-        iov_len: 4,
+        iov_len: into.len(),
     };
     // SAFETY: the kernel copies from our own address space and reports EFAULT instead of
-    // faulting; `local` points at a live u32. A failed read is an answer here, not the caller's
-    // error: errno stays as it was.
+    // faulting; `local` is `into`, live and writable. A failed read is an answer here, not the
+    // caller's error: errno stays as it was.
     let n = crate::platform::keeping_errno(|| unsafe {
         libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0)
     });
-    (n == 4).then_some(value)
+    n >= 0 && n as usize == into.len()
 }

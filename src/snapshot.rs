@@ -2,6 +2,7 @@
 //! malloc_info (docs/spec/abi.md#list-order-and-merging). Copied under the table's locks into
 //! mmap'd memory, then sorted and used without holding any lock.
 
+use crate::header::{DEBUG_TAG, Header};
 use crate::pages;
 use crate::tracking::{self, BACKTRACES, LIVE_TABLE};
 use core::cmp::Ordering;
@@ -67,16 +68,23 @@ impl Snapshot {
         // Marked and with the backtrace signal blocked while the grow locks are held.
         let _slow = crate::sync::DisabledScope::enter();
         let table = LIVE_TABLE.lock_all();
-        Self::copy(pin, table.approximate_len(), |f| table.for_each(f))
+        let len = table.approximate_len() + count_present();
+        Self::copy(pin, len, |f| {
+            table.for_each(&mut *f);
+            for_each_present(false, f);
+        })
     }
 
     /// As `take_unsorted`, for a caller that holds the gate closed (malloc_disable): nothing
     /// else runs in the library.
     pub fn take_unsorted_quiescent() -> Option<Snapshot> {
         let pin = tracking::pin_records();
-        let mut count = 0;
+        let mut count = count_present();
         LIVE_TABLE.for_each_unlocked(|_, _| count += 1);
-        Self::copy(pin, count, |f| LIVE_TABLE.for_each_unlocked(f))
+        Self::copy(pin, count, |f| {
+            LIVE_TABLE.for_each_unlocked(&mut *f);
+            for_each_present(true, f);
+        })
     }
 
     /// Copies what `for_each` passes; room for `len` entries and some that may arrive meanwhile,
@@ -156,6 +164,50 @@ impl Drop for Snapshot {
             unsafe { pages::unmap(m.cast(), self.capacity * size_of::<LiveBlock>()) };
         }
     }
+}
+
+fn count_present() -> usize {
+    let mut n = 0;
+    tracking::for_each_present(|_| n += 1);
+    n
+}
+
+/// The presence map's blocks as entries (`tracking::PRESENCE`): the size from the block's
+/// header in header mode, 0 without one (then only malloc_iterate takes snapshots, and it asks
+/// the allocator for usable sizes). Unless nothing else runs in the library (`quiescent`), a
+/// block may be freed, even unmapped, while it is read: its header is then read without
+/// faulting, and a block that no longer carries the live tag is left out, as if it had been
+/// freed a moment before the copy.
+fn for_each_present(quiescent: bool, f: &mut dyn FnMut(usize, crate::live_table::Info)) {
+    let Some(state) = crate::state::get() else {
+        return;
+    };
+    tracking::for_each_present(|pointer| {
+        let size = if !state.layout.header {
+            Some(0)
+        } else {
+            let at = state.layout.header_of(pointer);
+            let header = if quiescent {
+                // SAFETY: a live header-mode block, and no call can free it meanwhile.
+                Some(unsafe { core::ptr::read_unaligned(at) })
+            } else {
+                let mut bytes = [0u8; size_of::<Header>()];
+                crate::platform::read_foreign(at as usize, &mut bytes)
+                    // SAFETY: `Header` is plain integers, any bytes are a value of it.
+                    .then(|| unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Header>()) })
+            };
+            header
+                .filter(|h| h.tag == DEBUG_TAG)
+                .map(|h| h.size.min(crate::header::MAX_SIZE))
+        };
+        if let Some(size) = size {
+            let info = crate::live_table::Info {
+                size: size as u32,
+                backtrace_id: tracking::BT_OFF,
+            };
+            f(pointer, info);
+        }
+    });
 }
 
 /// Non-zygote first; size descending; with a backtrace before without; more frames first;

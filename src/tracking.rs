@@ -3,6 +3,7 @@
 
 use crate::backtrace::{self, BacktraceTable, LiveIds, MemoHit, NOTES, Origin};
 use crate::live_table::{Info, Key, LiveTable};
+use crate::presence_map::PresenceMap;
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
 use core::mem::MaybeUninit;
@@ -29,6 +30,22 @@ fn in_use_elsewhere() -> Option<MarkInUse> {
 pub static LIVE_TABLE: LiveTable =
     LiveTable::new(|seen| crate::sync::GATE.observe_quiescence(seen));
 pub static BACKTRACES: BacktraceTable = BacktraceTable::new();
+
+/// The live blocks of a process whose options need no more of a block than that it is live
+/// (`Plan::presence_only`, docs/design.md "Presence map"). Blocks the map refuses go to the
+/// live table, so every lookup that misses the map asks the table too.
+pub static PRESENCE: PresenceMap = PresenceMap::new();
+static PRESENCE_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Called once by initialize when `Plan::presence_only` holds.
+pub fn use_presence_map() {
+    PRESENCE_ONLY.store(true, Ordering::Relaxed);
+}
+
+#[inline(always)]
+fn presence_only() -> bool {
+    PRESENCE_ONLY.load(Ordering::Relaxed)
+}
 
 /// Backtrace slot values below the interned ids.
 pub const BT_OFF: u32 = 0;
@@ -106,6 +123,9 @@ impl FrameBuffer {
 /// Records a live allocation of `size` bytes at `pointer`. Adds nothing (and says so once in
 /// the log) when the table cannot grow.
 pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
+    if presence_only() && PRESENCE.insert(pointer) {
+        return;
+    }
     let mut stored = size.min(crate::header::MAX_SIZE) as u32;
     if state.zygote_child() {
         stored |= ZYGOTE_BIT;
@@ -304,6 +324,8 @@ pub struct Removed {
     info: Info,
     /// The collection epoch before the removal.
     epoch: u32,
+    /// The block was in the presence map, not in the table.
+    present: bool,
 }
 
 impl Removed {
@@ -317,21 +339,39 @@ impl Removed {
 /// for a caller with other work to do first.
 #[inline(always)]
 pub fn prefetch(pointer: usize) {
-    LIVE_TABLE.prefetch(pointer);
+    if !presence_only() {
+        LIVE_TABLE.prefetch(pointer);
+    }
 }
 
 /// Takes `pointer` out of the live table.
 pub fn untrack(pointer: usize) -> Option<Removed> {
+    if presence_only() && PRESENCE.remove(pointer) {
+        return Some(Removed {
+            info: Info {
+                size: 0,
+                backtrace_id: BT_OFF,
+            },
+            epoch: 0,
+            present: true,
+        });
+    }
     let epoch = BACKTRACES.epoch();
-    LIVE_TABLE
-        .remove(pointer)
-        .map(|info| Removed { info, epoch })
+    LIVE_TABLE.remove(pointer).map(|info| Removed {
+        info,
+        epoch,
+        present: false,
+    })
 }
 
 /// Puts a record taken by `untrack` back (the block stays as it was). Its backtrace record may
 /// have been collected while it was out: then the allocation keeps its place in the table with
 /// "nothing recorded" for a backtrace.
 pub fn restore(pointer: usize, record: Removed) {
+    // The map held it a moment ago, so it holds it again.
+    if record.present && PRESENCE.insert(pointer) {
+        return;
+    }
     let mut id = record.info.backtrace_id;
     publish(Key::of(pointer), record.info.size, record.epoch, || {
         core::mem::replace(&mut id, BT_EMPTY)
@@ -339,12 +379,22 @@ pub fn restore(pointer: usize, record: Removed) {
 }
 
 pub fn is_live(pointer: usize) -> bool {
-    LIVE_TABLE.get(pointer).is_some()
+    (presence_only() && PRESENCE.contains(pointer)) || LIVE_TABLE.get(pointer).is_some()
 }
 
 /// The allocation backtrace id of a live block; `None` when `pointer` is not in the table.
 pub fn backtrace_of(pointer: usize) -> Option<u32> {
+    if presence_only() && PRESENCE.contains(pointer) {
+        return Some(BT_OFF);
+    }
     LIVE_TABLE.get(pointer).map(|info| info.backtrace_id)
+}
+
+/// Calls `f` with every live block the presence map holds (none unless it is in use).
+pub fn for_each_present(f: impl FnMut(usize)) {
+    if presence_only() {
+        PRESENCE.for_each(f);
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "header",
             "plan",
             "live_table",
+            "presence_map",
             "state",
             "suppress",
             "symbolize",

@@ -1,0 +1,108 @@
+use super::*;
+use std::boxed::Box;
+use std::vec::Vec;
+
+/// A map of its own (2 MiB of root: on the heap, zeroed, which is an empty map).
+fn map() -> Box<PresenceMap> {
+    // SAFETY: all-zero bytes are a valid empty map (null leaves, top byte not yet learned).
+    unsafe { Box::<PresenceMap>::new_zeroed().assume_init() }
+}
+
+const BASE: usize = 0x7f12_3456_0000;
+
+#[test]
+fn inserted_pointers_are_present_until_removed() {
+    let m = map();
+    assert!(!m.contains(BASE));
+    assert!(m.insert(BASE));
+    assert!(m.insert(BASE + 16));
+    assert!(m.contains(BASE) && m.contains(BASE + 16));
+    assert!(!m.contains(BASE + 32));
+    assert!(m.remove(BASE));
+    assert!(!m.remove(BASE), "a second removal finds nothing");
+    assert!(!m.contains(BASE) && m.contains(BASE + 16));
+}
+
+#[test]
+fn pointers_the_map_cannot_hold_are_refused() {
+    let m = map();
+    assert!(m.insert(BASE));
+    // Not 16-aligned: its bit would be the block's before it.
+    assert!(!m.insert(BASE + 8));
+    assert!(!m.contains(BASE + 8) && !m.remove(BASE + 8));
+    // Above 2^48.
+    assert!(!m.insert(1 << 48));
+    // Another top byte than the first pointer's.
+    assert!(!m.insert(BASE | (0xb4 << 56)));
+    assert!(!m.contains(BASE | (0xb4 << 56)));
+    assert_eq!(m.count(), 1);
+}
+
+#[test]
+fn a_tagged_first_pointer_sets_the_tag_of_all() {
+    let m = map();
+    let tagged = BASE | (0xb4 << 56);
+    assert!(m.insert(tagged));
+    assert!(m.contains(tagged) && !m.contains(BASE));
+    assert!(!m.insert(BASE));
+    let mut seen = Vec::new();
+    m.for_each(|p| seen.push(p));
+    assert_eq!(seen, [tagged]);
+}
+
+#[test]
+fn a_walk_sees_every_live_pointer_in_address_order_across_leaves() {
+    let m = map();
+    let mut expected = Vec::new();
+    for i in 0..1000usize {
+        // Spread over three leaves (1 GiB each) and many pages of bitmap.
+        let p = BASE + (i % 3) * (1 << 30) + i * 4096 * 17 + 48;
+        assert!(m.insert(p));
+        expected.push(p);
+    }
+    for p in expected.iter().step_by(7) {
+        assert!(m.remove(*p));
+    }
+    let mut kept: Vec<usize> = expected
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 7 != 0)
+        .map(|(_, p)| *p)
+        .collect();
+    kept.sort();
+    let mut seen = Vec::new();
+    m.for_each(|p| seen.push(p));
+    assert_eq!(seen, kept);
+    assert_eq!(m.count(), kept.len());
+}
+
+#[test]
+fn threads_marking_neighbouring_blocks_lose_no_bit() {
+    // Four threads own interleaved 16-byte granules of the same words: every bit they set and
+    // clear with their own locked instructions must survive the others'.
+    let m: &'static PresenceMap = Box::leak(map());
+    let threads: Vec<_> = (0..4usize)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for round in 0..200 {
+                    for i in 0..256usize {
+                        let p = BASE + (i * 4 + t) * 16;
+                        assert!(m.insert(p));
+                        if (i + round) % 3 == 0 {
+                            assert!(m.remove(p));
+                        }
+                    }
+                    for i in 0..256usize {
+                        let p = BASE + (i * 4 + t) * 16;
+                        assert_eq!(m.contains(p), (i + round) % 3 != 0, "thread {t} block {i}");
+                        m.remove(p);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(m.count(), 0);
+}
