@@ -195,6 +195,28 @@ fn size_and_alignment_rules_in_header_mode() {
     );
 }
 
+/// malloc_iterate reports each live block once with its usable size and nothing else, with the
+/// allocator disabled and while it runs, whichever structure tracks the blocks: the live table
+/// (leak_track, backtrace) or the presence map (guard, verify_pointers, free_track;
+/// docs/design.md, "Presence map").
+#[test]
+fn iterate_reports_exactly_the_live_blocks() {
+    for options in [
+        "guard",
+        "verify_pointers",
+        "free_track=10",
+        "guard fill free_track verify_pointers",
+        "leak_track",
+        "backtrace guard",
+    ] {
+        assert_eq!(
+            facts(&run("iterate_exact", options)),
+            ["iterate_exact disabled 1", "iterate_exact running 1"],
+            "{options}"
+        );
+    }
+}
+
 #[test]
 fn iterate_after_disable_on_the_same_thread() {
     assert_eq!(

@@ -11,6 +11,16 @@ static int all_bytes(const unsigned char* p, size_t from, size_t to, unsigned ch
   return 1;
 }
 
+static struct { uintptr_t base; size_t size; } seen[1024];
+static int seen_count;
+static void record_block(uintptr_t base, size_t size, void* arg) {
+  (void)arg;
+  if (seen_count < 1024) {
+    seen[seen_count].base = base;
+    seen[seen_count].size = size;
+  }
+  seen_count++;
+}
 static int iterated;
 static void count_block(uintptr_t base, size_t size, void* arg) {
   (void)base; (void)size; (void)arg;
@@ -111,6 +121,38 @@ int main(int argc, char** argv) {
     d_malloc_enable();
     printf("iterated_at_least_3 %d\n", iterated >= 3);
     for (int i = 0; i < 3; i++) d_free(p[i]);
+  } else if (strcmp(s, "iterate_exact") == 0) {
+    /* 300 blocks of different sizes, every third freed (and a realloc'd, a calloc'd and an
+     * aligned one): each iteration, with the allocator disabled and while it runs, must report
+     * each live block once with its usable size, and nothing else. */
+    enum { N = 300 };
+    void* p[N];
+    for (int i = 0; i < N; i++) p[i] = d_malloc((size_t)(1 + i * 13 % 700));
+    for (int i = 0; i < N; i += 3) { d_free(p[i]); p[i] = NULL; }
+    p[1] = d_realloc(p[1], 5000);
+    d_free(p[2]);
+    p[2] = d_calloc(3, 40);
+    d_free(p[4]);
+    p[4] = d_memalign(64, 100);
+    for (int pass = 0; pass < 2; pass++) {
+      seen_count = 0;
+      if (pass == 0) d_malloc_disable();
+      d_malloc_iterate(0, ~(uintptr_t)0, record_block, NULL);
+      if (pass == 0) d_malloc_enable();
+      int exact = 1, live = 0;
+      for (int i = 0; i < N; i++) {
+        if (!p[i]) continue;
+        live++;
+        int found = 0;
+        for (int j = 0; j < seen_count; j++)
+          if (seen[j].base == (uintptr_t)p[i])
+            found += seen[j].size == d_malloc_usable_size(p[i]) ? 1 : 100;
+        if (found != 1) exact = 0;
+      }
+      printf("iterate_exact %s %d\n", pass == 0 ? "disabled" : "running",
+             exact && seen_count == live);
+    }
+    for (int i = 0; i < N; i++) d_free(p[i]);
   } else {
     printf("unknown scenario %s\n", s);
     return 2;
