@@ -250,18 +250,18 @@ mod tests {
     #[test]
     fn a_wild_pointer_is_classified_without_a_fault() {
         let state = crate::state::for_tests("guard");
-        // SAFETY: a fresh private mapping, given back at once: its addresses are unmapped.
+        // SAFETY: a fresh inaccessible mapping, kept for the whole test: unmapped and given back
+        // at once, its addresses could be mapped again by another test thread meanwhile.
         let gone = unsafe {
             let p = libc::mmap(
                 core::ptr::null_mut(),
                 4096,
-                libc::PROT_READ | libc::PROT_WRITE,
+                libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             );
             assert_ne!(p, libc::MAP_FAILED);
-            libc::munmap(p, 4096);
             p as usize
         };
         assert_eq!(crate::platform::read_foreign_u32(gone), None);
@@ -271,6 +271,8 @@ mod tests {
             crate::platform::read_foreign_u32(&value as *const u32 as usize),
             Some(value)
         );
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(gone as *mut libc::c_void, 4096) };
     }
 
     #[test]
