@@ -13,10 +13,10 @@ pub struct Plan {
     /// Record every live block in the live-allocation table (`leak_track`, `backtrace`,
     /// `verify_pointers`, `free_track`, and the options that imply them): src/tracking.rs.
     pub track: bool,
-    /// Tracking needs only to know which blocks are live, not their size or backtrace: no
-    /// `backtrace`, no `leak_track`, and a header to hold the size when the unreachable check
-    /// (which scans blocks by size) is on. The live blocks are then bits of the presence map
-    /// (src/presence_map.rs, docs/design.md "Presence map") instead of live-table entries.
+    /// Tracking needs only to know which blocks are live: no `backtrace`, no `leak_track`, and a
+    /// header, which holds each block's requested size (malloc_info and the unreachable check
+    /// need it). The live blocks are then bits of the presence map (src/presence_map.rs,
+    /// docs/design.md "Presence map") instead of live-table entries.
     pub presence_only: bool,
     /// Bytes of each new block filled with 0xeb; 0: none (`fill_on_alloc`, `fill`).
     pub fill_on_alloc: usize,
@@ -60,9 +60,7 @@ impl Plan {
             presence_only: config.has(bits::TRACK_ALLOCS)
                 && !config.has(bits::BACKTRACE)
                 && !config.has(bits::LEAK_TRACK)
-                && (!config.has(bits::CHECK_UNREACHABLE_ON_SIGNAL)
-                    || config.has(bits::FRONT_GUARD)
-                    || config.has(bits::REAR_GUARD)),
+                && (config.has(bits::FRONT_GUARD) || config.has(bits::REAR_GUARD)),
             fill_on_alloc: bytes_if(bits::FILL_ON_ALLOC, config.fill_on_alloc_bytes),
             fill_on_free: bytes_if(bits::FILL_ON_FREE, config.fill_on_free_bytes),
             hold_freed: config.has(bits::FREE_TRACK),
@@ -104,8 +102,8 @@ mod tests {
             Plan {
                 // free_track tracks live blocks too: a double free is told from a wild one.
                 track: true,
-                // Only whether a block is live: neither its size nor a backtrace.
-                presence_only: true,
+                // Without a header only the table knows each block's size (malloc_info).
+                presence_only: false,
                 fill_on_alloc: usize::MAX,
                 fill_on_free: usize::MAX,
                 hold_freed: true,
@@ -129,11 +127,11 @@ mod tests {
         assert!(plan.capture && plan.dump_on_signal && plan.track);
         assert_eq!(plan.capture_sizes, Some((64, usize::MAX)));
         assert!(!plan.presence_only, "backtraces live in the table");
-        // The unreachable check scans each block by its size: a header must hold it.
         let presence = |options| Plan::new(&parse_for_test(options)).presence_only;
-        assert!(!presence("verify_pointers check_unreachable_on_signal"));
+        assert!(!presence("verify_pointers"), "sizes only in the table");
         assert!(presence("guard check_unreachable_on_signal"));
-        assert!(presence("guard verify_pointers"));
+        assert!(presence("rear_guard verify_pointers free_track"));
+        assert!(!presence("guard leak_track"));
         assert!(!presence("fill"), "nothing tracked");
     }
 }

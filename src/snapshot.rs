@@ -172,34 +172,32 @@ fn count_present() -> usize {
     n
 }
 
-/// The presence map's blocks as entries (`tracking::PRESENCE`): the size from the block's
-/// header in header mode, 0 without one (then only malloc_iterate takes snapshots, and it asks
-/// the allocator for usable sizes). Unless nothing else runs in the library (`quiescent`), a
-/// block may be freed, even unmapped, while it is read: its header is then read without
-/// faulting, and a block that no longer carries the live tag is left out, as if it had been
-/// freed a moment before the copy.
+/// The presence map's blocks as entries (`tracking::PRESENCE`, header mode only), the size from
+/// each block's header. Unless nothing else runs in the library (`quiescent`), a block may be
+/// freed, even unmapped, while it is read: its header is then read without faulting, and a
+/// block that no longer carries the live tag is left out, as if it had been freed a moment
+/// before the copy.
 fn for_each_present(quiescent: bool, f: &mut dyn FnMut(usize, crate::live_table::Info)) {
     let Some(state) = crate::state::get() else {
         return;
     };
+    if !state.layout.header {
+        return;
+    }
     tracking::for_each_present(|pointer| {
-        let size = if !state.layout.header {
-            Some(0)
+        let at = state.layout.header_of(pointer);
+        let header = if quiescent {
+            // SAFETY: a live header-mode block, and no call can free it meanwhile.
+            Some(unsafe { core::ptr::read_unaligned(at) })
         } else {
-            let at = state.layout.header_of(pointer);
-            let header = if quiescent {
-                // SAFETY: a live header-mode block, and no call can free it meanwhile.
-                Some(unsafe { core::ptr::read_unaligned(at) })
-            } else {
-                let mut bytes = [0u8; size_of::<Header>()];
-                crate::platform::read_foreign(at as usize, &mut bytes)
-                    // SAFETY: `Header` is plain integers, any bytes are a value of it.
-                    .then(|| unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Header>()) })
-            };
-            header
-                .filter(|h| h.tag == DEBUG_TAG)
-                .map(|h| h.size.min(crate::header::MAX_SIZE))
+            let mut bytes = [0u8; size_of::<Header>()];
+            crate::platform::read_foreign(at as usize, &mut bytes)
+                // SAFETY: `Header` is plain integers, any bytes are a value of it.
+                .then(|| unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Header>()) })
         };
+        let size = header
+            .filter(|h| h.tag == DEBUG_TAG)
+            .map(|h| h.size.min(crate::header::MAX_SIZE));
         if let Some(size) = size {
             let info = crate::live_table::Info {
                 size: size as u32,

@@ -32,8 +32,9 @@ pub static LIVE_TABLE: LiveTable =
 pub static BACKTRACES: BacktraceTable = BacktraceTable::new();
 
 /// The live blocks of a process whose options need no more of a block than that it is live
-/// (`Plan::presence_only`, docs/design.md "Presence map"). Blocks the map refuses go to the
-/// live table, so every lookup that misses the map asks the table too.
+/// and its header (`Plan::presence_only`, docs/design.md "Presence map"). Blocks the map
+/// refuses, and blocks allocated in a zygote child, go to the live table, so every lookup that
+/// misses the map asks the table too.
 pub static PRESENCE: PresenceMap = PresenceMap::new();
 static PRESENCE_ONLY: AtomicBool = AtomicBool::new(false);
 
@@ -123,7 +124,8 @@ impl FrameBuffer {
 /// Records a live allocation of `size` bytes at `pointer`. Adds nothing (and says so once in
 /// the log) when the table cannot grow.
 pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
-    if presence_only() && PRESENCE.insert(pointer) {
+    // A zygote child's blocks carry their flag in the table (malloc_info's order needs it).
+    if presence_only() && !state.zygote_child() && PRESENCE.insert(pointer) {
         return;
     }
     let mut stored = size.min(crate::header::MAX_SIZE) as u32;

@@ -197,8 +197,8 @@ fn size_and_alignment_rules_in_header_mode() {
 
 /// malloc_iterate reports each live block once with its usable size and nothing else, with the
 /// allocator disabled and while it runs, whichever structure tracks the blocks: the live table
-/// (leak_track, backtrace) or the presence map (guard, verify_pointers, free_track;
-/// docs/design.md, "Presence map").
+/// (verify_pointers, free_track, leak_track, backtrace) or the presence map (guard and the
+/// other header options without leak_track or backtrace; docs/design.md, "Presence map").
 #[test]
 fn iterate_reports_exactly_the_live_blocks() {
     for options in [
@@ -206,6 +206,7 @@ fn iterate_reports_exactly_the_live_blocks() {
         "verify_pointers",
         "free_track=10",
         "guard fill free_track verify_pointers",
+        "rear_guard free_track=10",
         "leak_track",
         "backtrace guard",
     ] {

@@ -26,11 +26,12 @@ fn blocks_the_full_table_could_not_take_are_freed_and_not_reported() {
         expected += &format!("round {round} ok\n");
     }
     expected += "done\n";
-    // The options that need only which blocks are live keep them in the presence map, whose
+    // Header options that need only which blocks are live keep them in the presence map, whose
     // part for the heap is mapped with the first block: nothing goes untracked there.
     for (options, messages) in [
         ("guard", &[][..]),
-        ("free_track", &[]),
+        ("guard free_track", &[]),
+        ("free_track", &[TABLE_FULL]),
         ("guard leak_track", &[TABLE_FULL]),
         ("leak_track", &[TABLE_FULL]),
         ("free_track leak_track", &[TABLE_FULL]),

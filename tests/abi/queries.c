@@ -2,6 +2,7 @@
 // right after installing malloc debug. Usage: queries LIB SCENARIO OPTIONS
 //   malloc-info    live blocks of sizes 100 x3, 50 x2, 7 (then, as a zygote child, 7 x2 and 3);
 //                  prints debug_malloc_info's output on one line
+//   malloc-info-zygote  the same for blocks whose order only the zygote flag decides
 //   app-defaults   the first call after initialize is mallopt(M_DECAY_TIME, 1), as libc makes
 //                  it under MALLOC_USE_APP_DEFAULTS; prints what the native mallopt saw
 #include "bionic.h"
@@ -16,15 +17,14 @@ static int recording_mallopt(int param, int value) {
   return 1;
 }
 
-static void malloc_info_scenario(void) {
-  static const size_t sizes[] = {7, 100, 50, 100, 50, 100};
-  static const size_t zygote_sizes[] = {3, 7, 7};
-  void* live[9];
+/* Allocates `sizes`, then (as a zygote child) `zygote_sizes`, prints malloc_info, frees all. */
+static void malloc_info_of(const size_t* sizes, int count, const size_t* zygote_sizes,
+                           int zygote_count) {
+  void* live[16];
   int n = 0;
-  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) live[n++] = d_malloc(sizes[i]);
+  for (int i = 0; i < count; i++) live[n++] = d_malloc(sizes[i]);
   zygote_child = true;
-  for (size_t i = 0; i < sizeof(zygote_sizes) / sizeof(zygote_sizes[0]); i++)
-    live[n++] = d_malloc(zygote_sizes[i]);
+  for (int i = 0; i < zygote_count; i++) live[n++] = d_malloc(zygote_sizes[i]);
   zygote_child = false;
   for (int i = 0; i < n; i++) CHECK(live[i] != NULL);
 
@@ -42,6 +42,12 @@ static void malloc_info_scenario(void) {
   for (int i = 0; i < n; i++) d_free(live[i]);
 }
 
+static void malloc_info_scenario(void) {
+  static const size_t sizes[] = {7, 100, 50, 100, 50, 100};
+  static const size_t zygote_sizes[] = {3, 7, 7};
+  malloc_info_of(sizes, 6, zygote_sizes, 3);
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc != 4) return 2;
@@ -50,6 +56,13 @@ int main(int argc, char** argv) {
   if (strcmp(scenario, "malloc-info") == 0) {
     CHECK(init(argv[3]));
     malloc_info_scenario();
+  } else if (strcmp(scenario, "malloc-info-zygote") == 0) {
+    /* A size in both halves, another size between them in the list: the zygote flag splits
+     * the runs. */
+    static const size_t sizes[] = {7, 3};
+    static const size_t zygote_sizes[] = {7};
+    CHECK(init(argv[3]));
+    malloc_info_of(sizes, 2, zygote_sizes, 1);
   } else if (strcmp(scenario, "app-defaults") == 0) {
     native.mallopt = recording_mallopt;
     CHECK(init(argv[3]));
