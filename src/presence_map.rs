@@ -2,15 +2,15 @@
 //!
 //! ## Model
 //!
-//! In header mode without backtraces or leak tracking (guard, free_track, fill and their
-//! combinations), tracking only has to answer "is this pointer a live block of ours?" before
+//! In header mode without backtraces or leak tracking (a guard, alone or with free_track, fill,
+//! verify_pointers), tracking only has to answer "is this pointer a live block of ours?" before
 //! the header behind it is read: the header holds everything else (size, usable size). A hash
 //! table answers that with a 16-byte entry in a line chosen by hash, which for a heap larger than
 //! the cache is a cache miss on every free and every allocation, and two locked instructions per
 //! insertion. A bitmap of the address space answers it with one bit next to the bits of the
 //! neighbouring blocks: the heap's 10,000 blocks of a few megabytes need a few kilobytes of
 //! bitmap, which stay in the cache, and an insertion or a removal is one locked `or`/`and`.
-//! (docs/design.md, "Presence map"; docs/spec/allocation.md: the table is a means, any
+//! (docs/design.md, "Presence map"; docs/spec/android-versions.md: the table is a means, any
 //! structure with the same answers will do.)
 //!
 //! Addresses below 2^48 are covered: a root of 2^18 leaves, each 1 GiB of address space as
