@@ -109,10 +109,12 @@ fn run(state: &State, stack_from: usize) -> Option<()> {
 /// listed here had not been freed in it: a free takes the block out of the table before the
 /// native allocator gets it back, and an allocation enters the table after the native one
 /// (src/alloc.rs). A copy taken before the fork would list blocks other threads free before
-/// it, which no one references any more. The one coupling to the table: `Snapshot` walks it
-/// with `for_each`, here in a single-threaded child where the fork handlers released its locks.
+/// it, which no one references any more. The one coupling to the table: `Snapshot` walks it,
+/// here in a single-threaded child where nothing can free a block meanwhile, so the copy takes
+/// no lock and reads headers directly (the presence map's sizes: one `process_vm_readv` per
+/// block otherwise).
 fn live_blocks() -> Option<Snapshot> {
-    let mut snapshot = Snapshot::take_unsorted()?;
+    let mut snapshot = Snapshot::take_unsorted_quiescent()?;
     snapshot.sort_by_address();
     Some(snapshot)
 }
