@@ -184,9 +184,8 @@ impl PresenceMap {
         if top == TOP_UNSET {
             return;
         }
-        for (index, entry) in self.root.iter().enumerate() {
-            // SAFETY: published leaves are never unmapped.
-            let Some(leaf) = (unsafe { entry.load(Ordering::Acquire).as_ref() }) else {
+        for index in 0..ROOT_ENTRIES {
+            let Some(leaf) = self.leaf(index) else {
                 continue;
             };
             for (s, summary) in leaf.summary.iter().enumerate() {

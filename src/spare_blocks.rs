@@ -17,10 +17,11 @@
 //! queue's rings are). A bucket holds the blocks of one native usable size, in up to `WAYS`
 //! slots (two cache lines on 64-bit targets); a slot holds a block's address with the usable
 //! size's low bits packed below the allocator's alignment, so a taker knows the exact usable
-//! size without a native call. Puts and takes are one compare-and-swap on a slot: nothing waits, so the
-//! signal-33 rule of docs/design.md holds. Each shard's bytes are bounded (`SHARD_BYTES`): a
-//! block that finds its size's slots full is given back by the caller as before, and one that
-//! finds the budget used up takes the place of older spares, which are given back instead.
+//! size without a native call. Puts and takes are one compare-and-swap on a slot: nothing
+//! waits, so the signal-33 rule of docs/design.md holds. Each shard's bytes are bounded
+//! (`SHARD_BYTES`): a block that finds its size's slots full is given back by the caller as
+//! before, and one that finds the budget used up takes the place of older spares, which are
+//! given back instead.
 //!
 //! Which bucket a request of `n` bytes takes from is the usable size the native allocator gave
 //! the last request in `n`'s word-sized range: learned from the allocator itself (glibc, Scudo

@@ -370,8 +370,11 @@ pub fn untrack(pointer: usize) -> Option<Removed> {
 /// have been collected while it was out: then the allocation keeps its place in the table with
 /// "nothing recorded" for a backtrace.
 pub fn restore(pointer: usize, record: Removed) {
-    // The map held it a moment ago, so it holds it again.
-    if record.present && PRESENCE.insert(pointer) {
+    if record.present {
+        // Cannot be refused: the map held this pointer a moment ago, its leaf stays mapped and
+        // its top byte is the one the map learned.
+        let held = PRESENCE.insert(pointer);
+        debug_assert!(held);
         return;
     }
     let mut id = record.info.backtrace_id;

@@ -252,7 +252,7 @@ mod tests {
         let state = crate::state::for_tests("guard");
         // SAFETY: a fresh inaccessible mapping, kept for the whole test: unmapped and given back
         // at once, its addresses could be mapped again by another test thread meanwhile.
-        let gone = unsafe {
+        let unreadable = unsafe {
             let p = libc::mmap(
                 core::ptr::null_mut(),
                 4096,
@@ -264,15 +264,18 @@ mod tests {
             assert_ne!(p, libc::MAP_FAILED);
             p as usize
         };
-        assert_eq!(crate::platform::read_foreign_u32(gone), None);
-        assert_eq!(classify(state, gone + 2048, false), Some(Problem::Unknown));
+        assert_eq!(crate::platform::read_foreign_u32(unreadable), None);
+        assert_eq!(
+            classify(state, unreadable + 2048, false),
+            Some(Problem::Unknown)
+        );
         let value = 0xdead_beef_u32;
         assert_eq!(
             crate::platform::read_foreign_u32(&value as *const u32 as usize),
             Some(value)
         );
         // SAFETY: the mapping made above, no longer used.
-        unsafe { libc::munmap(gone as *mut libc::c_void, 4096) };
+        unsafe { libc::munmap(unreadable as *mut libc::c_void, 4096) };
     }
 
     #[test]
