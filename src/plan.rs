@@ -8,16 +8,45 @@
 
 use crate::config::{Config, bits};
 
+/// Where tracking keeps the live blocks: what each needs to hold decides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LiveBlocks {
+    /// Live-table entries: each block's allocation backtrace id beside its size (`backtrace`),
+    /// or nothing is tracked.
+    #[default]
+    Table,
+    /// Bits of the presence map (src/presence_map.rs): the header holds each block's requested
+    /// size, which malloc_info and the unreachable check need (a guard, without `leak_track`).
+    Presence,
+    /// The size map: each block's requested size in a 16-bit lane of a presence map, for
+    /// blocks without a header (`leak_track`, `verify_pointers`, `free_track`, without
+    /// `backtrace`); larger blocks go to the table.
+    Sizes,
+}
+
+impl LiveBlocks {
+    fn new(config: &Config<'_>) -> LiveBlocks {
+        let header = config.has(bits::FRONT_GUARD) || config.has(bits::REAR_GUARD);
+        if !config.has(bits::TRACK_ALLOCS) || config.has(bits::BACKTRACE) {
+            LiveBlocks::Table
+        } else if header && !config.has(bits::LEAK_TRACK) {
+            LiveBlocks::Presence
+        } else if cfg!(target_pointer_width = "64") {
+            // A leaf of lanes is 128 MiB of address space: too much of a 32-bit process's.
+            LiveBlocks::Sizes
+        } else {
+            LiveBlocks::Table
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Record every live block in the live-allocation table (`leak_track`, `backtrace`,
     /// `verify_pointers`, `free_track`, and the options that imply them): src/tracking.rs.
     pub track: bool,
-    /// Tracking needs only to know which blocks are live: no `backtrace`, no `leak_track`, and a
-    /// header, which holds each block's requested size (malloc_info and the unreachable check
-    /// need it). The live blocks are then bits of the presence map (src/presence_map.rs,
-    /// docs/design.md "Presence map") instead of live-table entries.
-    pub presence_only: bool,
+    /// Where tracking keeps the live blocks (docs/design.md, "Presence map").
+    pub live_blocks: LiveBlocks,
     /// Bytes of each new block filled with 0xeb; 0: none (`fill_on_alloc`, `fill`).
     pub fill_on_alloc: usize,
     /// Bytes of each freed block filled with 0xef; 0: none (`fill_on_free`, `fill`, and
@@ -57,10 +86,7 @@ impl Plan {
         let bytes_if = |bit, bytes| if config.has(bit) { bytes } else { 0 };
         Plan {
             track: config.has(bits::TRACK_ALLOCS),
-            presence_only: config.has(bits::TRACK_ALLOCS)
-                && !config.has(bits::BACKTRACE)
-                && !config.has(bits::LEAK_TRACK)
-                && (config.has(bits::FRONT_GUARD) || config.has(bits::REAR_GUARD)),
+            live_blocks: LiveBlocks::new(config),
             fill_on_alloc: bytes_if(bits::FILL_ON_ALLOC, config.fill_on_alloc_bytes),
             fill_on_free: bytes_if(bits::FILL_ON_FREE, config.fill_on_free_bytes),
             hold_freed: config.has(bits::FREE_TRACK),
@@ -102,8 +128,8 @@ mod tests {
             Plan {
                 // free_track tracks live blocks too: a double free is told from a wild one.
                 track: true,
-                // Without a header only the table knows each block's size (malloc_info).
-                presence_only: false,
+                // Without a header, the sizes are kept in the size map's lanes.
+                live_blocks: LiveBlocks::Sizes,
                 fill_on_alloc: usize::MAX,
                 fill_on_free: usize::MAX,
                 hold_freed: true,
@@ -121,17 +147,28 @@ mod tests {
         assert!(plan.free_needs_usable_size());
         let plan = Plan::new(&parse_for_test("leak_track fill_on_alloc=64"));
         assert!(plan.track && plan.fill_on_alloc == 64 && plan.fill_on_free == 0);
-        assert!(!plan.presence_only, "leak reports need each block's size");
+        assert_eq!(
+            plan.live_blocks,
+            LiveBlocks::Sizes,
+            "leak reports need sizes"
+        );
         assert!(!plan.free_needs_usable_size());
         let plan = Plan::new(&parse_for_test("backtrace backtrace_min_size=64"));
         assert!(plan.capture && plan.dump_on_signal && plan.track);
         assert_eq!(plan.capture_sizes, Some((64, usize::MAX)));
-        assert!(!plan.presence_only, "backtraces live in the table");
-        let presence = |options| Plan::new(&parse_for_test(options)).presence_only;
-        assert!(!presence("verify_pointers"), "sizes only in the table");
-        assert!(presence("guard check_unreachable_on_signal"));
-        assert!(presence("rear_guard verify_pointers free_track"));
-        assert!(!presence("guard leak_track"));
-        assert!(!presence("fill"), "nothing tracked");
+        assert_eq!(plan.live_blocks, LiveBlocks::Table, "backtrace ids");
+        let live = |options| Plan::new(&parse_for_test(options)).live_blocks;
+        assert_eq!(live("verify_pointers"), LiveBlocks::Sizes);
+        assert_eq!(
+            live("guard check_unreachable_on_signal"),
+            LiveBlocks::Presence
+        );
+        assert_eq!(
+            live("rear_guard verify_pointers free_track"),
+            LiveBlocks::Presence
+        );
+        assert_eq!(live("guard leak_track"), LiveBlocks::Sizes);
+        assert_eq!(live("guard backtrace"), LiveBlocks::Table);
+        assert_eq!(live("fill"), LiveBlocks::Table, "nothing tracked");
     }
 }

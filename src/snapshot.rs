@@ -166,18 +166,27 @@ impl Drop for Snapshot {
     }
 }
 
+/// How many live blocks the presence or size map holds.
 fn count_present() -> usize {
     let mut n = 0;
     tracking::for_each_present(|_| n += 1);
+    tracking::for_each_sized(|_, _| n += 1);
     n
 }
 
-/// The presence map's blocks as entries (`tracking::PRESENCE`, header mode only), the size from
-/// each block's header. Unless nothing else runs in the library (`quiescent`), a block may be
+/// The size map's blocks as entries (`tracking::SIZES`), and the presence map's
+/// (`tracking::PRESENCE`, header mode only) with the size from each block's header. Unless nothing else runs in the library (`quiescent`), a block may be
 /// freed, even unmapped, while it is read: its header is then read without faulting, and a
 /// block that no longer carries the live tag is left out, as if it had been freed a moment
 /// before the copy.
 fn for_each_present(quiescent: bool, f: &mut dyn FnMut(usize, crate::live_table::Info)) {
+    tracking::for_each_sized(|pointer, size| {
+        let info = crate::live_table::Info {
+            size: size as u32,
+            backtrace_id: tracking::BT_OFF,
+        };
+        f(pointer, info);
+    });
     let Some(state) = crate::state::get() else {
         return;
     };

@@ -3,11 +3,12 @@
 
 use crate::backtrace::{self, BacktraceTable, LiveIds, MemoHit, NOTES, Origin};
 use crate::live_table::{Info, Key, LiveTable};
-use crate::presence_map::PresenceMap;
+use crate::plan::LiveBlocks;
+use crate::presence_map::{PresenceMap, SizeMap};
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Marks backtrace ids that a module above this one keeps in use outside the live table (the
 /// `error_backtraces` extension's held free_track blocks, src/error_context.rs).
@@ -31,21 +32,33 @@ pub static LIVE_TABLE: LiveTable =
     LiveTable::new(|seen| crate::sync::GATE.observe_quiescence(seen));
 pub static BACKTRACES: BacktraceTable = BacktraceTable::new();
 
-/// The live blocks of a process whose options need no more of a block than that it is live
-/// and its header (`Plan::presence_only`, docs/design.md "Presence map"). Blocks the map
-/// refuses, and blocks allocated in a zygote child, go to the live table, so every lookup that
-/// misses the map asks the table too.
+/// Where the live blocks are kept when not in the live table (`Plan::live_blocks`,
+/// docs/design.md "Presence map"): bits of `PRESENCE` with a header, 16-bit lanes of `SIZES`
+/// (the size plus one) without. Blocks a map refuses (sizes above `SIZES_MAX`, pointers it
+/// cannot hold) and blocks allocated in a zygote child (malloc_info orders them apart) go to
+/// the live table, so every lookup that misses the map asks the table too.
 pub static PRESENCE: PresenceMap = PresenceMap::new();
-static PRESENCE_ONLY: AtomicBool = AtomicBool::new(false);
+pub static SIZES: SizeMap = SizeMap::new();
+const SIZES_MAX: usize = SizeMap::MAX_VALUE as usize - 1;
 
-/// Called once by initialize when `Plan::presence_only` holds.
-pub fn use_presence_map() {
-    PRESENCE_ONLY.store(true, Ordering::Relaxed);
+const IN_TABLE: u8 = 0;
+const IN_PRESENCE: u8 = 1;
+const IN_SIZES: u8 = 2;
+static LIVE_BLOCKS: AtomicU8 = AtomicU8::new(IN_TABLE);
+
+/// Called once by initialize with the plan's choice.
+pub fn keep_live_blocks_in(live_blocks: LiveBlocks) {
+    let code = match live_blocks {
+        LiveBlocks::Table => IN_TABLE,
+        LiveBlocks::Presence => IN_PRESENCE,
+        LiveBlocks::Sizes => IN_SIZES,
+    };
+    LIVE_BLOCKS.store(code, Ordering::Relaxed);
 }
 
 #[inline(always)]
-fn presence_only() -> bool {
-    PRESENCE_ONLY.load(Ordering::Relaxed)
+fn live_blocks() -> u8 {
+    LIVE_BLOCKS.load(Ordering::Relaxed)
 }
 
 /// Backtrace slot values below the interned ids.
@@ -125,8 +138,16 @@ impl FrameBuffer {
 /// the log) when the table cannot grow.
 pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
     // A zygote child's blocks carry their flag in the table (malloc_info's order needs it).
-    if presence_only() && !state.zygote_child() && PRESENCE.insert(pointer) {
-        return;
+    match live_blocks() {
+        IN_PRESENCE if !state.zygote_child() && PRESENCE.insert(pointer) => return,
+        IN_SIZES
+            if size <= SIZES_MAX
+                && !state.zygote_child()
+                && SIZES.insert_value(pointer, size as u64 + 1) =>
+        {
+            return;
+        }
+        _ => {}
     }
     let mut stored = size.min(crate::header::MAX_SIZE) as u32;
     if state.zygote_child() {
@@ -326,8 +347,8 @@ pub struct Removed {
     info: Info,
     /// The collection epoch before the removal.
     epoch: u32,
-    /// The block was in the presence map, not in the table.
-    present: bool,
+    /// Where the block was: `IN_TABLE`, `IN_PRESENCE` or `IN_SIZES`.
+    held_in: u8,
 }
 
 impl Removed {
@@ -341,28 +362,37 @@ impl Removed {
 /// for a caller with other work to do first.
 #[inline(always)]
 pub fn prefetch(pointer: usize) {
-    if !presence_only() {
+    if live_blocks() == IN_TABLE {
         LIVE_TABLE.prefetch(pointer);
     }
 }
 
 /// Takes `pointer` out of the live table.
 pub fn untrack(pointer: usize) -> Option<Removed> {
-    if presence_only() && PRESENCE.remove(pointer) {
-        return Some(Removed {
+    let held_in = live_blocks();
+    let in_map = |size| {
+        Some(Removed {
             info: Info {
-                size: 0,
+                size,
                 backtrace_id: BT_OFF,
             },
             epoch: 0,
-            present: true,
-        });
+            held_in,
+        })
+    };
+    match held_in {
+        IN_PRESENCE if PRESENCE.remove(pointer) => return in_map(0),
+        IN_SIZES => match SIZES.take(pointer) {
+            0 => {}
+            lane => return in_map(lane as u32 - 1),
+        },
+        _ => {}
     }
     let epoch = BACKTRACES.epoch();
     LIVE_TABLE.remove(pointer).map(|info| Removed {
         info,
         epoch,
-        present: false,
+        held_in: IN_TABLE,
     })
 }
 
@@ -370,12 +400,20 @@ pub fn untrack(pointer: usize) -> Option<Removed> {
 /// have been collected while it was out: then the allocation keeps its place in the table with
 /// "nothing recorded" for a backtrace.
 pub fn restore(pointer: usize, record: Removed) {
-    if record.present {
-        // Cannot be refused: the map held this pointer a moment ago, its leaf stays mapped and
-        // its top byte is the one the map learned.
-        let held = PRESENCE.insert(pointer);
-        debug_assert!(held);
-        return;
+    // A map cannot refuse: it held this pointer a moment ago, its leaf stays mapped and its top
+    // byte is the one the map learned.
+    match record.held_in {
+        IN_PRESENCE => {
+            let held = PRESENCE.insert(pointer);
+            debug_assert!(held);
+            return;
+        }
+        IN_SIZES => {
+            let held = SIZES.insert_value(pointer, record.info.size as u64 + 1);
+            debug_assert!(held);
+            return;
+        }
+        _ => {}
     }
     let mut id = record.info.backtrace_id;
     publish(Key::of(pointer), record.info.size, record.epoch, || {
@@ -383,13 +421,21 @@ pub fn restore(pointer: usize, record: Removed) {
     });
 }
 
+fn in_map(pointer: usize) -> bool {
+    match live_blocks() {
+        IN_PRESENCE => PRESENCE.contains(pointer),
+        IN_SIZES => SIZES.contains(pointer),
+        _ => false,
+    }
+}
+
 pub fn is_live(pointer: usize) -> bool {
-    (presence_only() && PRESENCE.contains(pointer)) || LIVE_TABLE.get(pointer).is_some()
+    in_map(pointer) || LIVE_TABLE.get(pointer).is_some()
 }
 
 /// The allocation backtrace id of a live block; `None` when `pointer` is not in the table.
 pub fn backtrace_of(pointer: usize) -> Option<u32> {
-    if presence_only() && PRESENCE.contains(pointer) {
+    if in_map(pointer) {
         return Some(BT_OFF);
     }
     LIVE_TABLE.get(pointer).map(|info| info.backtrace_id)
@@ -397,8 +443,15 @@ pub fn backtrace_of(pointer: usize) -> Option<u32> {
 
 /// Calls `f` with every live block the presence map holds (none unless it is in use).
 pub fn for_each_present(f: impl FnMut(usize)) {
-    if presence_only() {
+    if live_blocks() == IN_PRESENCE {
         PRESENCE.for_each(f);
+    }
+}
+
+/// Calls `f` with every live block the size map holds and its size (none unless it is in use).
+pub fn for_each_sized(mut f: impl FnMut(usize, usize)) {
+    if live_blocks() == IN_SIZES {
+        SIZES.for_each_value(|pointer, lane| f(pointer, lane as usize - 1));
     }
 }
 

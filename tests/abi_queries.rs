@@ -68,6 +68,32 @@ fn malloc_info_keeps_zygote_blocks_apart() {
     }
 }
 
+/// Sizes the size map's 16-bit lanes hold (up to 65534) and larger ones, which go to the live
+/// table (docs/design.md, "Presence map"): each listed with its own size. A request for 0 bytes
+/// is a 1-byte block, as in the reference.
+#[test]
+fn malloc_info_lists_sizes_beyond_the_size_maps_lanes() {
+    let mut expected = String::from("<malloc version=\"debug-malloc-1\">");
+    for (nr, size) in [1 << 20, 65536, 65535, 65534, 1].iter().enumerate() {
+        expected +=
+            &format!("<allocation nr=\"{nr}\"><size>{size}</size><total>1</total></allocation>");
+    }
+    expected += "</malloc>";
+    for options in [
+        "leak_track",
+        "verify_pointers",
+        "free_track",
+        "guard leak_track",
+    ] {
+        let out = run("malloc-info-sizes", options);
+        assert_eq!(
+            stdout_of(&out),
+            format!("initialize=1\n{expected}\nerrno=1234\n"),
+            "options {options:?}"
+        );
+    }
+}
+
 #[test]
 fn malloc_info_without_tracking_is_the_native_one() {
     let out = run("malloc-info", "fill");

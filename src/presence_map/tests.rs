@@ -106,3 +106,69 @@ fn threads_marking_neighbouring_blocks_lose_no_bit() {
     }
     assert_eq!(m.count(), 0);
 }
+
+/// A size map of its own (zeroed on the heap, as `map`).
+fn size_map() -> Box<SizeMap> {
+    // SAFETY: all-zero bytes are a valid empty map.
+    unsafe { Box::<SizeMap>::new_zeroed().assume_init() }
+}
+
+#[test]
+fn lanes_keep_each_pointers_value_apart_from_its_neighbours() {
+    let m = size_map();
+    // Four lanes share a word: the first, a middle one, the last, and the next word's first.
+    let values = [
+        (BASE, 1),
+        (BASE + 32, 65535),
+        (BASE + 48, 300),
+        (BASE + 64, 2),
+    ];
+    for (p, v) in values {
+        assert!(m.insert_value(p, v));
+    }
+    for (p, v) in values {
+        assert_eq!(m.value(p), v);
+    }
+    assert_eq!(m.value(BASE + 16), 0);
+    let mut seen = Vec::new();
+    m.for_each_value(|p, v| seen.push((p, v)));
+    assert_eq!(seen, values);
+    assert_eq!(m.take(BASE + 32), 65535);
+    assert_eq!(m.take(BASE + 32), 0, "a second take finds nothing");
+    assert_eq!((m.value(BASE + 48), m.value(BASE)), (300, 1));
+    assert!(!m.insert_value(BASE + 8, 5), "not 16-aligned");
+    assert_eq!(m.count(), 3);
+}
+
+#[test]
+fn threads_setting_neighbouring_lanes_lose_no_value() {
+    // As for the bits: four threads own interleaved granules, here each with a value of its own
+    // in lanes of the same words.
+    let m: &'static SizeMap = Box::leak(size_map());
+    let threads: Vec<_> = (0..4usize)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for round in 0..200u64 {
+                    for i in 0..256usize {
+                        let p = BASE + (i * 4 + t) * 16;
+                        let value = 1 + (i as u64 * 257 + round + t as u64) % 65535;
+                        assert!(m.insert_value(p, value));
+                        if (i as u64 + round).is_multiple_of(3) {
+                            assert_eq!(m.take(p), value);
+                        }
+                    }
+                    for i in 0..256usize {
+                        let p = BASE + (i * 4 + t) * 16;
+                        let value = 1 + (i as u64 * 257 + round + t as u64) % 65535;
+                        let kept = !(i as u64 + round).is_multiple_of(3);
+                        assert_eq!(m.take(p), if kept { value } else { 0 }, "thread {t} {i}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(m.count(), 0);
+}

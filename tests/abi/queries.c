@@ -3,6 +3,7 @@
 //   malloc-info    live blocks of sizes 100 x3, 50 x2, 7 (then, as a zygote child, 7 x2 and 3);
 //                  prints debug_malloc_info's output on one line
 //   malloc-info-zygote  the same for blocks whose order only the zygote flag decides
+//   malloc-info-sizes   sizes on both sides of the size map's largest (65534), and 0
 //   app-defaults   the first call after initialize is mallopt(M_DECAY_TIME, 1), as libc makes
 //                  it under MALLOC_USE_APP_DEFAULTS; prints what the native mallopt saw
 #include "bionic.h"
@@ -63,6 +64,10 @@ int main(int argc, char** argv) {
     static const size_t zygote_sizes[] = {7};
     CHECK(init(argv[3]));
     malloc_info_of(sizes, 2, zygote_sizes, 1);
+  } else if (strcmp(scenario, "malloc-info-sizes") == 0) {
+    static const size_t sizes[] = {65535, 0, 1u << 20, 65534, 65536};
+    CHECK(init(argv[3]));
+    malloc_info_of(sizes, 5, NULL, 0);
   } else if (strcmp(scenario, "app-defaults") == 0) {
     native.mallopt = recording_mallopt;
     CHECK(init(argv[3]));
