@@ -30,6 +30,18 @@ pub struct Header {
     pub usable_size: usize,
 }
 
+/// Offset, from the header's start, of the 4 bytes after the packed header and before the
+/// padding to `MIN_ALIGN` ends (28..32 on LP64): never part of what the program or a memory
+/// inspector sees. Tracking keeps a block's allocation backtrace id there when its live blocks
+/// are in the presence map (docs/design.md, "Presence map"). `None` where the padding has no
+/// room (ILP32: a 16-byte header).
+pub const ID_SLOT: Option<usize> =
+    if align_up(size_of::<Header>(), MIN_ALIGN) >= size_of::<Header>() + 4 {
+        Some(size_of::<Header>())
+    } else {
+        None
+    };
+
 pub const fn align_up(value: usize, align: usize) -> usize {
     (value + align - 1) & !(align - 1)
 }
@@ -86,6 +98,7 @@ mod tests {
             assert_eq!(core::mem::offset_of!(Header, orig_pointer), 4);
             assert_eq!(core::mem::offset_of!(Header, size), 12);
             assert_eq!(core::mem::offset_of!(Header, usable_size), 20);
+            assert_eq!(ID_SLOT, Some(28));
         } else {
             assert_eq!(size_of::<Header>(), 16);
         }

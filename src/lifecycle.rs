@@ -122,7 +122,7 @@ pub unsafe fn initialize(
         crate::tracking::set_in_use_elsewhere(crate::error_context::mark_queued);
     }
     let plan = crate::plan::Plan::new(&config);
-    crate::tracking::keep_live_blocks_in(plan.live_blocks);
+    crate::tracking::keep_live_blocks_in(&plan, &Layout::new(&config));
     // SAFETY: INIT_PHASE makes this the only initialising call, and nothing has read the state.
     unsafe {
         state::publish(State {

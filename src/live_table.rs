@@ -107,6 +107,12 @@ impl Key {
         Key(mangle(pointer))
     }
 
+    /// The mangling of keys, for a caller that keeps a pointer the same way outside the table
+    /// (its own inverse).
+    pub fn mangle(value: usize) -> usize {
+        mangle(value)
+    }
+
     /// Pointers that are not 8-aligned are never in the table (and their mangled form could
     /// collide with a frozen key).
     fn valid(self) -> bool {

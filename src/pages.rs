@@ -85,6 +85,34 @@ fn map_pages(bytes: usize, flags: libc::c_int) -> Option<NonNull<u8>> {
     NonNull::new(p.cast())
 }
 
+/// Memory for the length of one walk (a buffer too large for the stack), unmapped when
+/// dropped.
+pub struct Scratch {
+    memory: NonNull<u8>,
+    len: usize,
+}
+
+impl Scratch {
+    pub fn new(len: usize) -> Option<Scratch> {
+        Some(Scratch {
+            memory: map(len)?,
+            len,
+        })
+    }
+
+    pub fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: our own mapping of `len` zeroed bytes, borrowed through `self`.
+        unsafe { core::slice::from_raw_parts_mut(self.memory.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // SAFETY: mapped by `new` with this length, no longer borrowed.
+        unsafe { unmap(self.memory, self.len) };
+    }
+}
+
 /// Returns memory obtained from `map` with the same `bytes`.
 ///
 /// # Safety

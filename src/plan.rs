@@ -11,24 +11,32 @@ use crate::config::{Config, bits};
 /// Where tracking keeps the live blocks: what each needs to hold decides.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LiveBlocks {
-    /// Live-table entries: each block's allocation backtrace id beside its size (`backtrace`),
-    /// or nothing is tracked.
+    /// Live-table entries: each block's allocation backtrace id beside its size (`backtrace`
+    /// without a header), or nothing is tracked.
     #[default]
     Table,
     /// Bits of the presence map (src/presence_map.rs): the header holds each block's requested
-    /// size, which malloc_info and the unreachable check need (a guard, without `leak_track`).
+    /// size, which malloc_info and the unreachable check need, and with `backtrace` its
+    /// allocation backtrace id (`header::ID_SLOT`). A guard, without `leak_track` unless with
+    /// `backtrace`.
     Presence,
-    /// The size map: each block's requested size in a 16-bit lane of a presence map, for
-    /// blocks without a header (`leak_track`, `verify_pointers`, `free_track`, without
-    /// `backtrace`); larger blocks go to the table.
+    /// The size map: each block's requested size in a 16-bit lane of a presence map, without
+    /// `backtrace` (`leak_track`, `verify_pointers`, `free_track`, and `leak_track` with a
+    /// guard, whose leak reports then read no headers); larger blocks go to the table.
     Sizes,
 }
 
 impl LiveBlocks {
     fn new(config: &Config<'_>) -> LiveBlocks {
         let header = config.has(bits::FRONT_GUARD) || config.has(bits::REAR_GUARD);
-        if !config.has(bits::TRACK_ALLOCS) || config.has(bits::BACKTRACE) {
+        if !config.has(bits::TRACK_ALLOCS) {
             LiveBlocks::Table
+        } else if config.has(bits::BACKTRACE) {
+            if header && crate::header::ID_SLOT.is_some() {
+                LiveBlocks::Presence
+            } else {
+                LiveBlocks::Table
+            }
         } else if header && !config.has(bits::LEAK_TRACK) {
             LiveBlocks::Presence
         } else if cfg!(target_pointer_width = "64") {
@@ -168,7 +176,15 @@ mod tests {
             LiveBlocks::Presence
         );
         assert_eq!(live("guard leak_track"), LiveBlocks::Sizes);
-        assert_eq!(live("guard backtrace"), LiveBlocks::Table);
+        assert_eq!(live("leak_track backtrace"), LiveBlocks::Table);
+        let ids_in_header = cfg!(target_pointer_width = "64");
+        for options in [
+            "guard backtrace",
+            "backtrace leak_track rear_guard free_track",
+        ] {
+            let expected = [LiveBlocks::Table, LiveBlocks::Presence][ids_in_header as usize];
+            assert_eq!(live(options), expected, "{options}");
+        }
         assert_eq!(live("fill"), LiveBlocks::Table, "nothing tracked");
     }
 }

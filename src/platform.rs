@@ -274,6 +274,94 @@ pub fn build_fingerprint(out: &mut dyn FnMut(&[u8])) {
     out(b"unknown");
 }
 
+/// Reads `N` bytes at each address of `addresses` (ascending), memory that may not be mapped
+/// (or may be unmapped meanwhile), without faulting: `out[i]` is what `addresses[i]` holds, or
+/// `None`. Neighbouring records are read as one run of at most `MAX_RUN` bytes, as many runs per
+/// system call as `scratch` holds: the kernel's cost is mostly per run (the pages it looks up),
+/// so the headers of a heap of small blocks cost a system call per few hundred blocks instead
+/// of a run each. A run that cannot be read (some page of it is gone) is read again record by
+/// record.
+pub fn read_foreign_records<const N: usize>(
+    addresses: &[usize],
+    out: &mut [Option<[u8; N]>],
+    scratch: &mut [u8],
+) {
+    const MAX_RUN: usize = 4096;
+    const RUNS: usize = 64;
+    debug_assert!(scratch.len() >= MAX_RUN + N);
+    let mut next = 0;
+    while next < addresses.len() {
+        // Runs: (first record, one past the last) into `addresses`, and their iovecs.
+        let mut runs = [(0usize, 0usize); RUNS];
+        let mut remote = [libc::iovec {
+            iov_base: core::ptr::null_mut(),
+            iov_len: 0,
+        }; RUNS];
+        let mut count = 0;
+        let mut bytes = 0;
+        while count < RUNS && next < addresses.len() {
+            let start = addresses[next];
+            let mut end = next + 1;
+            while end < addresses.len()
+                && addresses[end] >= addresses[end - 1]
+                && addresses[end] + N - start <= MAX_RUN
+            {
+                end += 1;
+            }
+            let len = addresses[end - 1] + N - start;
+            if bytes + len > scratch.len() {
+                break;
+            }
+            runs[count] = (next, end);
+            remote[count] = libc::iovec {
+                iov_base: start as *mut libc::c_void,
+                iov_len: len,
+            };
+            count += 1;
+            bytes += len;
+            next = end;
+        }
+        let local = libc::iovec {
+            iov_base: scratch.as_mut_ptr().cast(),
+            iov_len: bytes,
+        };
+        // SAFETY: as in `read_foreign`: the kernel copies from our own address space into
+        // `scratch` (room for every run), and stops at the first run it cannot read whole (it
+        // never splits one).
+        let n = crate::platform::keeping_errno(|| unsafe {
+            libc::process_vm_readv(libc::getpid(), &local, 1, remote.as_ptr(), count as _, 0)
+        });
+        let mut read = if n < 0 { 0 } else { n as usize };
+        let mut at = 0;
+        for (&(first, end), iov) in runs[..count].iter().zip(&remote) {
+            let start = iov.iov_base as usize;
+            if read >= iov.iov_len {
+                for i in first..end {
+                    let offset = at + addresses[i] - start;
+                    let mut record = [0u8; N];
+                    record.copy_from_slice(&scratch[offset..offset + N]);
+                    out[i] = Some(record);
+                }
+                read -= iov.iov_len;
+            } else {
+                read = 0;
+                for i in first..end {
+                    let mut record = [0u8; N];
+                    out[i] = read_foreign(addresses[i], &mut record).then_some(record);
+                }
+            }
+            at += iov.iov_len;
+        }
+    }
+}
+
+/// Whether `read_foreign` works in this process (a seccomp filter may refuse
+/// `process_vm_readv`).
+pub fn can_read_foreign() -> bool {
+    let probe = 0x5eed_u32;
+    read_foreign_u32(&probe as *const u32 as usize) == Some(probe)
+}
+
 /// Reads 4 bytes at an address that may not be mapped, without faulting.
 pub fn read_foreign_u32(address: usize) -> Option<u32> {
     let mut value = [0u8; 4];
@@ -298,4 +386,62 @@ pub fn read_foreign(address: usize, into: &mut [u8]) -> bool {
         libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0)
     });
     n >= 0 && n as usize == into.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_reads_skip_what_cannot_be_read_and_go_on() {
+        // SAFETY: a fresh inaccessible page, unmapped at the end.
+        let unreadable = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                4096,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as usize;
+        assert_ne!(unreadable, libc::MAP_FAILED as usize);
+        // Records 16 bytes apart (runs of many), and far apart (a run each), with unreadable
+        // ones among them: at the start, inside runs, at the end.
+        let near: std::vec::Vec<u32> = (0..3000).collect();
+        let far: std::vec::Vec<std::boxed::Box<[u32; 2048]>> = (0..50u32)
+            .map(|i| std::boxed::Box::new([i + 5000; 2048]))
+            .collect();
+        let mut addresses: std::vec::Vec<usize> = near
+            .iter()
+            .step_by(4)
+            .map(|v| v as *const u32 as usize)
+            .chain(far.iter().map(|b| b.as_ptr() as usize))
+            .collect();
+        let bad = [0, 5, 127, 128, 600, 790, addresses.len() - 1];
+        for &i in &bad {
+            addresses[i] = unreadable + 16 * i % 4096;
+        }
+        let mut sorted: std::vec::Vec<(usize, usize)> = addresses
+            .iter()
+            .copied()
+            .enumerate()
+            .map(|(i, a)| (a, i))
+            .collect();
+        sorted.sort();
+        let ordered: std::vec::Vec<usize> = sorted.iter().map(|&(a, _)| a).collect();
+        let mut out = std::vec![None; ordered.len()];
+        let mut scratch = std::vec![0u8; 16 * 1024];
+        read_foreign_records::<4>(&ordered, &mut out, &mut scratch);
+        for (k, &(address, i)) in sorted.iter().enumerate() {
+            let expected = (!bad.contains(&i)).then(|| {
+                // SAFETY: a readable u32 of this test (not one of the bad addresses).
+                unsafe { (address as *const u32).read() }.to_ne_bytes()
+            });
+            assert_eq!(out[k], expected, "record {i}");
+        }
+        assert!(can_read_foreign());
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(unreadable as *mut libc::c_void, 4096) };
+    }
 }

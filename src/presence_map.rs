@@ -235,11 +235,22 @@ impl<const LANE_BITS: u32> PresenceMap<LANE_BITS> {
     }
 
     /// `for_each` with each pointer's value.
-    pub fn for_each_value(&self, mut f: impl FnMut(usize, u64)) {
+    pub fn for_each_value(&self, f: impl FnMut(usize, u64)) {
+        self.walk(0, 1, f);
+    }
+
+    /// `for_each` over one of `parts` parts of the map (the pages of lanes whose number is
+    /// `part` modulo `parts`), so that a long walk can be done a part at a time.
+    pub fn for_each_in_part(&self, part: usize, parts: usize, mut f: impl FnMut(usize)) {
+        self.walk(part, parts, |pointer, _| f(pointer));
+    }
+
+    fn walk(&self, part: usize, parts: usize, mut f: impl FnMut(usize, u64)) {
         let top = self.top_byte.load(Ordering::Relaxed);
         if top == TOP_UNSET {
             return;
         }
+        let pages_per_leaf = Self::SUMMARY_WORDS * 64;
         for index in 0..ROOT_ENTRIES {
             let Some(leaf) = self.leaf(index) else {
                 continue;
@@ -249,6 +260,9 @@ impl<const LANE_BITS: u32> PresenceMap<LANE_BITS> {
                 while pages != 0 {
                     let page = s * 64 + pages.trailing_zeros() as usize;
                     pages &= pages - 1;
+                    if (index * pages_per_leaf + page) % parts != part {
+                        continue;
+                    }
                     for word in page * WORDS_PER_PAGE..(page + 1) * WORDS_PER_PAGE {
                         let mut lanes = leaf.words[word].load(Ordering::Acquire);
                         while lanes != 0 {

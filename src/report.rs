@@ -15,7 +15,7 @@ use crate::output::{FdWriter, OutputFile};
 use crate::platform;
 use crate::snapshot::{LiveBlock, Snapshot};
 use crate::state::State;
-use crate::tracking::{self, BACKTRACES, LIVE_TABLE};
+use crate::tracking::{self, BACKTRACES};
 use core::ffi::{c_int, c_void};
 use core::fmt::Write;
 
@@ -124,14 +124,14 @@ pub fn malloc_backtrace(
     }
     // arm64 libc hands this pointer over still tagged (docs/spec/abi.md#malloc_backtrace).
     let pointer = untag(pointer as usize);
-    let Some(info) = LIVE_TABLE.get(pointer) else {
+    let Some(id) = tracking::backtrace_of(pointer) else {
         return 0;
     };
-    if info.backtrace_id <= tracking::BT_EMPTY {
+    if id <= tracking::BT_EMPTY {
         return 0;
     }
     BACKTRACES
-        .with_frames(info.backtrace_id, |f| {
+        .with_frames(id, |f| {
             let n = f.len().min(max);
             // SAFETY: the caller provides room for `max` frames.
             unsafe { core::ptr::copy_nonoverlapping(f.as_ptr(), frames, n) };

@@ -2,7 +2,7 @@
 //! malloc_info (docs/spec/abi.md#list-order-and-merging). Copied under the table's locks into
 //! mmap'd memory, then sorted and used without holding any lock.
 
-use crate::header::{DEBUG_TAG, Header};
+use crate::header::{DEBUG_TAG, Header, Layout};
 use crate::pages;
 use crate::tracking::{self, BACKTRACES, LIVE_TABLE};
 use core::cmp::Ordering;
@@ -175,8 +175,10 @@ fn count_present() -> usize {
 }
 
 /// The size map's blocks as entries (`tracking::SIZES`), and the presence map's
-/// (`tracking::PRESENCE`, header mode only) with the size from each block's header. Unless nothing else runs in the library (`quiescent`), a block may be
-/// freed, even unmapped, while it is read: its header is then read without faulting, and a
+/// (`tracking::PRESENCE`, header mode only) with the size, and the backtrace id when headers
+/// hold one (`tracking::ids_in_headers`), from each block's header. Unless nothing else runs in
+/// the library (`quiescent`), a block may be freed, even unmapped, while it is read: its header
+/// is then read without faulting (`process_vm_readv`, a batch of blocks per system call), and a
 /// block that no longer carries the live tag is left out, as if it had been freed a moment
 /// before the copy.
 fn for_each_present(quiescent: bool, f: &mut dyn FnMut(usize, crate::live_table::Info)) {
@@ -193,28 +195,95 @@ fn for_each_present(quiescent: bool, f: &mut dyn FnMut(usize, crate::live_table:
     if !state.layout.header {
         return;
     }
-    tracking::for_each_present(|pointer| {
-        let at = state.layout.header_of(pointer);
-        let header = if quiescent {
-            // SAFETY: a live header-mode block, and no call can free it meanwhile.
-            Some(unsafe { core::ptr::read_unaligned(at) })
+    let mut batch = HeaderBatch {
+        pointers: [0; HeaderBatch::LEN],
+        len: 0,
+        quiescent,
+        ids: tracking::ids_in_headers(),
+        scratch: if quiescent {
+            None
         } else {
-            let mut bytes = [0u8; size_of::<Header>()];
-            crate::platform::read_foreign(at as usize, &mut bytes)
-                // SAFETY: `Header` is plain integers, any bytes are a value of it.
-                .then(|| unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Header>()) })
-        };
-        let size = header
-            .filter(|h| h.tag == DEBUG_TAG)
-            .map(|h| h.size.min(crate::header::MAX_SIZE));
-        if let Some(size) = size {
+            pages::Scratch::new(tracking::SCRATCH_BYTES)
+        },
+    };
+    tracking::for_each_present(|pointer| {
+        batch.pointers[batch.len] = pointer;
+        batch.len += 1;
+        if batch.len == HeaderBatch::LEN {
+            batch.flush(&state.layout, f);
+        }
+    });
+    batch.flush(&state.layout, f);
+}
+
+/// A header and the id slot after it (`header::ID_SLOT`), as read in one piece.
+const HEADER_READ: usize = size_of::<Header>() + 4;
+
+/// Presence-map blocks whose headers are yet to be read.
+struct HeaderBatch {
+    pointers: [usize; Self::LEN],
+    len: usize,
+    quiescent: bool,
+    ids: bool,
+    /// For reads through the kernel; `None` when quiescent (or out of memory: then one read
+    /// per header).
+    scratch: Option<pages::Scratch>,
+}
+
+impl HeaderBatch {
+    const LEN: usize = 128;
+
+    fn flush(&mut self, layout: &Layout, f: &mut dyn FnMut(usize, crate::live_table::Info)) {
+        let pointers = &self.pointers[..self.len];
+        let mut headers = [None; Self::LEN];
+        let headers = &mut headers[..pointers.len()];
+        if self.quiescent {
+            for (read, &pointer) in headers.iter_mut().zip(pointers) {
+                // SAFETY: a live header-mode block, and no call can free it meanwhile; the
+                // id slot is inside the header's padding, before the user pointer.
+                *read = Some(unsafe {
+                    core::ptr::read_unaligned(layout.header_of(pointer).cast::<[u8; HEADER_READ]>())
+                });
+            }
+        } else {
+            let mut addresses = [0usize; Self::LEN];
+            for (address, &pointer) in addresses.iter_mut().zip(pointers) {
+                *address = layout.header_of(pointer) as usize;
+            }
+            let addresses = &addresses[..pointers.len()];
+            match &mut self.scratch {
+                Some(scratch) => {
+                    crate::platform::read_foreign_records(addresses, headers, scratch.bytes())
+                }
+                None => {
+                    for (read, &address) in headers.iter_mut().zip(addresses) {
+                        let mut bytes = [0u8; HEADER_READ];
+                        *read = crate::platform::read_foreign(address, &mut bytes).then_some(bytes);
+                    }
+                }
+            }
+        }
+        for (bytes, &pointer) in headers.iter().zip(pointers) {
+            let Some(bytes) = bytes else { continue };
+            // SAFETY: `Header` is plain integers, any bytes are a value of it.
+            let header = unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<Header>()) };
+            if header.tag != DEBUG_TAG {
+                continue;
+            }
+            let backtrace_id = match crate::header::ID_SLOT {
+                Some(at) if self.ids => {
+                    u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+                }
+                _ => tracking::BT_OFF,
+            };
             let info = crate::live_table::Info {
-                size: size as u32,
-                backtrace_id: tracking::BT_OFF,
+                size: header.size.min(crate::header::MAX_SIZE) as u32,
+                backtrace_id,
             };
             f(pointer, info);
         }
-    });
+        self.len = 0;
+    }
 }
 
 /// Non-zygote first; size descending; with a backtrace before without; more frames first;

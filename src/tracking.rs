@@ -2,13 +2,14 @@
 //! an allocation is recorded (docs/spec/allocation.md#allocation-backtraces).
 
 use crate::backtrace::{self, BacktraceTable, LiveIds, MemoHit, NOTES, Origin};
+use crate::header::{Header, Layout};
 use crate::live_table::{Info, Key, LiveTable};
-use crate::plan::LiveBlocks;
+use crate::plan::{LiveBlocks, Plan};
 use crate::presence_map::{PresenceMap, SizeMap};
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 /// Marks backtrace ids that a module above this one keeps in use outside the live table (the
 /// `error_backtraces` extension's held free_track blocks, src/error_context.rs).
@@ -44,16 +45,47 @@ const SIZES_MAX: usize = SizeMap::MAX_VALUE as usize - 1;
 const IN_TABLE: u8 = 0;
 const IN_PRESENCE: u8 = 1;
 const IN_SIZES: u8 = 2;
+/// `IN_PRESENCE` with each block's allocation backtrace id in its header (`header::ID_SLOT`).
+const IN_PRESENCE_IDS: u8 = 3;
 static LIVE_BLOCKS: AtomicU8 = AtomicU8::new(IN_TABLE);
+/// Under `IN_PRESENCE_IDS`: how far before a user pointer its header's id slot is.
+static ID_SLOT_BACK: AtomicUsize = AtomicUsize::new(0);
 
-/// Called once by initialize with the plan's choice.
-pub fn keep_live_blocks_in(live_blocks: LiveBlocks) {
-    let code = match live_blocks {
+/// Called once by initialize with the plan's choice. The presence map's blocks are read
+/// through `process_vm_readv` by snapshots and collections; where a seccomp filter refuses it,
+/// the table serves instead.
+pub fn keep_live_blocks_in(plan: &Plan, layout: &Layout) {
+    let code = match plan.live_blocks {
+        LiveBlocks::Presence if !crate::platform::can_read_foreign() => IN_TABLE,
+        LiveBlocks::Presence if plan.capture => {
+            let slot = crate::header::ID_SLOT.unwrap_or(0);
+            ID_SLOT_BACK.store(layout.pointer_offset - slot, Ordering::Relaxed);
+            IN_PRESENCE_IDS
+        }
         LiveBlocks::Table => IN_TABLE,
         LiveBlocks::Presence => IN_PRESENCE,
         LiveBlocks::Sizes => IN_SIZES,
     };
     LIVE_BLOCKS.store(code, Ordering::Relaxed);
+}
+
+/// Whether the presence map's blocks carry their backtrace id in their header.
+pub fn ids_in_headers() -> bool {
+    live_blocks() == IN_PRESENCE_IDS
+}
+
+/// The id slot of a live presence-map block under `IN_PRESENCE_IDS`.
+#[inline(always)]
+fn id_slot(pointer: usize) -> *mut u32 {
+    pointer.wrapping_sub(ID_SLOT_BACK.load(Ordering::Relaxed)) as *mut u32
+}
+
+/// Reads the id of a block the caller knows is live and ours (it holds the block).
+#[inline(always)]
+fn read_id(pointer: usize) -> u32 {
+    // SAFETY: the header of a live header-mode block is ours and mapped; the slot is padding
+    // only this module writes.
+    unsafe { id_slot(pointer).read_unaligned() }
 }
 
 #[inline(always)]
@@ -138,34 +170,93 @@ impl FrameBuffer {
 /// the log) when the table cannot grow.
 pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
     // A zygote child's blocks carry their flag in the table (malloc_info's order needs it).
+    let zygote = state.zygote_child();
     match live_blocks() {
-        IN_PRESENCE if !state.zygote_child() && PRESENCE.insert(pointer) => return,
+        IN_PRESENCE if !zygote && PRESENCE.insert(pointer) => return,
         IN_SIZES
-            if size <= SIZES_MAX
-                && !state.zygote_child()
-                && SIZES.insert_value(pointer, size as u64 + 1) =>
+            if size <= SIZES_MAX && !zygote && SIZES.insert_value(pointer, size as u64 + 1) =>
         {
             return;
         }
         _ => {}
     }
     let mut stored = size.min(crate::header::MAX_SIZE) as u32;
-    if state.zygote_child() {
+    if zygote {
         stored |= ZYGOTE_BIT;
     }
+    let mut entry = if live_blocks() == IN_PRESENCE_IDS && !zygote {
+        Entry::Header {
+            mangled: Key::mangle(pointer),
+            stored,
+        }
+    } else {
+        Entry::Table(Key::of(pointer), stored)
+    };
     if !state.plan.capture || !BACKTRACE_ENABLED.load(Ordering::Relaxed) {
-        add(
-            Key::of(pointer),
-            Info {
-                size: stored,
-                backtrace_id: BT_OFF,
-            },
-        );
+        entry.add(BT_OFF);
         return;
     }
-    track_with_backtrace(state, origin, Key::of(pointer), stored, size);
+    track_with_backtrace(state, origin, entry, size);
     if BACKTRACES.collection_wanted() {
         collect_step();
+    }
+}
+
+/// Where a tracked block's record goes: a live-table entry, or a presence-map bit with the
+/// id in the block's header. Holds the pointer only mangled (`track_with_backtrace`'s doc).
+#[derive(Clone, Copy)]
+enum Entry {
+    /// The key and the stored size (with the zygote flag).
+    Table(Key, u32),
+    Header {
+        mangled: usize,
+        stored: u32,
+    },
+}
+
+impl Entry {
+    /// Records the block with `id`. A presence map that refuses the pointer sends it to the
+    /// table (and the entry becomes a table entry for later `set`s).
+    fn add(&mut self, id: u32) -> bool {
+        if let Entry::Header { mangled, stored } = *self {
+            let pointer = Key::mangle(mangled);
+            // SAFETY: a block being allocated by this call: its header is ours and mapped.
+            unsafe { id_slot(pointer).write_unaligned(id) };
+            // Release inside: a walker that sees the bit sees the id.
+            if PRESENCE.insert(pointer) {
+                return true;
+            }
+            *self = Entry::Table(Key::of(pointer), stored);
+        }
+        let Entry::Table(key, size) = *self else {
+            return false;
+        };
+        add(
+            key,
+            Info {
+                size,
+                backtrace_id: id,
+            },
+        )
+    }
+
+    /// Replaces the id of a block `add` recorded (still held by the calling thread).
+    fn set(&self, id: u32) {
+        match *self {
+            Entry::Table(key, size) => {
+                LIVE_TABLE.set_info(
+                    key,
+                    Info {
+                        size,
+                        backtrace_id: id,
+                    },
+                );
+            }
+            // SAFETY: as in `add`.
+            Entry::Header { mangled, .. } => unsafe {
+                id_slot(Key::mangle(mangled)).write_unaligned(id)
+            },
+        }
     }
 }
 
@@ -206,7 +297,7 @@ fn table_full() {
 /// not the pointer, as the table's insertion runs below that buffer, deeper than a program's
 /// own stack use may ever clear again.
 #[inline(never)]
-fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, size: usize) {
+fn track_with_backtrace(state: &State, origin: &Origin, entry: Entry, size: usize) {
     let mut buffer = FrameBuffer::new();
     buffer.capture(state, origin, size, state.config.backtrace_frames);
     let frames = buffer.frames();
@@ -220,7 +311,7 @@ fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, s
         }
     };
     let Some(hit) = buffer.hit else {
-        publish(key, stored, BACKTRACES.epoch(), intern);
+        publish(entry, BACKTRACES.epoch(), intern);
         return;
     };
     // The later frames came from a memo: the id interned for the same stack may be noted on
@@ -234,7 +325,7 @@ fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, s
     {
         let mut first = true;
         let id = note as u32;
-        publish(key, stored, epoch, || {
+        publish(entry, epoch, || {
             if core::mem::take(&mut first) {
                 id
             } else {
@@ -243,7 +334,7 @@ fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, s
         });
         return;
     }
-    if let Some(id) = publish(key, stored, epoch, intern) {
+    if let Some(id) = publish(entry, epoch, intern) {
         NOTES.set(&hit, prefix, (epoch as u64) << 32 | id as u64);
     }
 }
@@ -257,18 +348,15 @@ fn track_with_backtrace(state: &State, origin: &Origin, key: Key, stored: u32, s
 // name another backtrace. Snapshots pin every record while they hold ids of blocks that may be
 // freed meanwhile.
 
-/// Adds the entry for `key` with the id `intern` gives, and makes sure that id outlives any
+/// Adds `entry` with the id `intern` gives, and makes sure that id outlives any
 /// collection that ran since `before` (the epoch when the id was last known to be in use): a
 /// collection that overlapped may have missed the entry, so the id is kept for the running
 /// collection or checked after it and, if freed, interned again. Never waits for a collection.
 /// Returns the id when it was in use at epoch `before` with no collection since (even and
 /// unchanged): the id can then be noted as in use at `before`.
-fn publish(key: Key, size: u32, mut before: u32, mut intern: impl FnMut() -> u32) -> Option<u32> {
-    let mut info = Info {
-        size,
-        backtrace_id: intern(),
-    };
-    if !add(key, info) {
+fn publish(mut entry: Entry, mut before: u32, mut intern: impl FnMut() -> u32) -> Option<u32> {
+    let mut id = intern();
+    if !entry.add(id) {
         return None;
     }
     let first = before;
@@ -278,14 +366,14 @@ fn publish(key: Key, size: u32, mut before: u32, mut intern: impl FnMut() -> u32
         // marks the id.
         let now = BACKTRACES.epoch();
         if now == before && now & 1 == 0 {
-            return (now == first && info.backtrace_id > BT_EMPTY).then_some(info.backtrace_id);
+            return (now == first && id > BT_EMPTY).then_some(id);
         }
-        if info.backtrace_id <= BT_EMPTY || BACKTRACES.keep(info.backtrace_id) {
+        if id <= BT_EMPTY || BACKTRACES.keep(id) {
             return None;
         }
         before = now;
-        info.backtrace_id = intern();
-        LIVE_TABLE.set_info(key, info);
+        id = intern();
+        entry.set(id);
     }
 }
 
@@ -296,12 +384,16 @@ struct LiveTableIds;
 /// one more "shard": those ids, marked last.
 impl LiveIds for LiveTableIds {
     fn shards(&self) -> usize {
-        crate::live_table::SHARDS + usize::from(in_use_elsewhere().is_some())
+        crate::live_table::SHARDS + presence_parts() + usize::from(in_use_elsewhere().is_some())
     }
 
     fn for_each_id(&self, k: usize, f: &mut dyn FnMut(u32)) -> usize {
         if k < crate::live_table::SHARDS {
             return LIVE_TABLE.for_each_in_shard(k, |_, info| f(info.backtrace_id));
+        }
+        let k = k - crate::live_table::SHARDS;
+        if k < presence_parts() {
+            return for_each_id_in_part(k, f);
         }
         let mut n = 0;
         if let Some(mark_more) = in_use_elsewhere() {
@@ -312,6 +404,83 @@ impl LiveIds for LiveTableIds {
         }
         n
     }
+
+    fn cost_per_entry(&self, k: usize) -> usize {
+        let presence = crate::live_table::SHARDS..crate::live_table::SHARDS + presence_parts();
+        if presence.contains(&k) {
+            PRESENCE_ENTRY_COST
+        } else {
+            1
+        }
+    }
+}
+
+/// The presence map is marked in this many parts, at least one per step: a million live
+/// blocks make parts of about 4,000, each about half a millisecond.
+const PRESENCE_PARTS: usize = 256;
+/// A presence-map entry costs about four table entries to mark (its id is read through the
+/// kernel), so a step marks a quarter as many.
+const PRESENCE_ENTRY_COST: usize = 4;
+
+fn presence_parts() -> usize {
+    if ids_in_headers() { PRESENCE_PARTS } else { 0 }
+}
+
+/// The ids in the headers of one part of the presence map's blocks. A block may be freed, its
+/// memory even unmapped, while its slot is read: the slots are read through
+/// `process_vm_readv`, neighbours together, and one that cannot be read is left out (its block
+/// was freed a moment before). An id read from a block freed and reused meanwhile marks
+/// some other record, or none: marking too much is harmless, and a block allocated after the
+/// part was passed keeps its id alive itself (`publish`).
+fn for_each_id_in_part(part: usize, f: &mut dyn FnMut(u32)) -> usize {
+    const BATCH: usize = 256;
+    let Some(scratch) = mark_scratch() else {
+        // Out of memory: nothing marked, and the records of this part's blocks may go. Their
+        // backtraces then read as "nothing recorded", as the table's would after its own
+        // out-of-memory path.
+        return 0;
+    };
+    let mut slots = [0usize; BATCH];
+    let mut filled = 0;
+    let mut count = 0;
+    let mut flush = |slots: &[usize], f: &mut dyn FnMut(u32)| {
+        let mut ids = [None; BATCH];
+        let ids = &mut ids[..slots.len()];
+        crate::platform::read_foreign_records::<4>(slots, ids, &mut *scratch);
+        for id in ids.iter().flatten() {
+            f(u32::from_ne_bytes(*id));
+        }
+    };
+    PRESENCE.for_each_in_part(part, PRESENCE_PARTS, |pointer| {
+        slots[filled] = id_slot(pointer) as usize;
+        filled += 1;
+        count += 1;
+        if filled == BATCH {
+            flush(&slots, f);
+            filled = 0;
+        }
+    });
+    flush(&slots[..filled], f);
+    count
+}
+
+/// The buffer reads of headers go through (`platform::read_foreign_records`): 16 pages.
+pub const SCRATCH_BYTES: usize = 64 * 1024;
+
+/// The marking steps' buffer, mapped by the first and kept: a fresh one per part cost its page
+/// faults every time (256 parts a collection).
+static MARK_SCRATCH: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The marking steps' buffer. Only marking steps use it, and they run one at a time (under the
+/// collector's lock, src/backtrace/table/collect.rs).
+fn mark_scratch() -> Option<&'static mut [u8]> {
+    let mut memory = MARK_SCRATCH.load(Ordering::Acquire);
+    if memory.is_null() {
+        memory = crate::pages::map(SCRATCH_BYTES)?.as_ptr();
+        MARK_SCRATCH.store(memory, Ordering::Release);
+    }
+    // SAFETY: a mapping of SCRATCH_BYTES never unmapped, used by one marking step at a time.
+    Some(unsafe { core::slice::from_raw_parts_mut(memory, SCRATCH_BYTES) })
 }
 
 #[cold]
@@ -347,7 +516,7 @@ pub struct Removed {
     info: Info,
     /// The collection epoch before the removal.
     epoch: u32,
-    /// Where the block was: `IN_TABLE`, `IN_PRESENCE` or `IN_SIZES`.
+    /// Where the block was: `IN_TABLE`, `IN_PRESENCE`, `IN_SIZES` or `IN_PRESENCE_IDS`.
     held_in: u8,
 }
 
@@ -389,6 +558,20 @@ pub fn untrack(pointer: usize) -> Option<Removed> {
         _ => {}
     }
     let epoch = BACKTRACES.epoch();
+    if held_in == IN_PRESENCE_IDS && PRESENCE.remove(pointer) {
+        // The header's size too, so that the record can go back to the table if need be.
+        let back = ID_SLOT_BACK.load(Ordering::Relaxed) + crate::header::ID_SLOT.unwrap_or(0);
+        // SAFETY: the bit was set: a live header-mode block of ours, which this call holds.
+        let header = unsafe { (pointer.wrapping_sub(back) as *const Header).read_unaligned() };
+        return Some(Removed {
+            info: Info {
+                size: header.size.min(crate::header::MAX_SIZE) as u32,
+                backtrace_id: read_id(pointer),
+            },
+            epoch,
+            held_in,
+        });
+    }
     LIVE_TABLE.remove(pointer).map(|info| Removed {
         info,
         epoch,
@@ -415,15 +598,23 @@ pub fn restore(pointer: usize, record: Removed) {
         }
         _ => {}
     }
+    let entry = if record.held_in == IN_PRESENCE_IDS {
+        Entry::Header {
+            mangled: Key::mangle(pointer),
+            stored: record.info.size,
+        }
+    } else {
+        Entry::Table(Key::of(pointer), record.info.size)
+    };
     let mut id = record.info.backtrace_id;
-    publish(Key::of(pointer), record.info.size, record.epoch, || {
+    publish(entry, record.epoch, || {
         core::mem::replace(&mut id, BT_EMPTY)
     });
 }
 
 fn in_map(pointer: usize) -> bool {
     match live_blocks() {
-        IN_PRESENCE => PRESENCE.contains(pointer),
+        IN_PRESENCE | IN_PRESENCE_IDS => PRESENCE.contains(pointer),
         IN_SIZES => SIZES.contains(pointer),
         _ => false,
     }
@@ -436,14 +627,19 @@ pub fn is_live(pointer: usize) -> bool {
 /// The allocation backtrace id of a live block; `None` when `pointer` is not in the table.
 pub fn backtrace_of(pointer: usize) -> Option<u32> {
     if in_map(pointer) {
-        return Some(BT_OFF);
+        if !ids_in_headers() {
+            return Some(BT_OFF);
+        }
+        // The caller does not hold the block: another thread may free it meanwhile.
+        let id = crate::platform::read_foreign_u32(id_slot(pointer) as usize);
+        return Some(id.unwrap_or(BT_EMPTY));
     }
     LIVE_TABLE.get(pointer).map(|info| info.backtrace_id)
 }
 
 /// Calls `f` with every live block the presence map holds (none unless it is in use).
 pub fn for_each_present(f: impl FnMut(usize)) {
-    if live_blocks() == IN_PRESENCE {
+    if matches!(live_blocks(), IN_PRESENCE | IN_PRESENCE_IDS) {
         PRESENCE.for_each(f);
     }
 }

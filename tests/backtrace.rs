@@ -113,12 +113,23 @@ fn nothing_tracked_gives_an_empty_buffer() {
 
 #[test]
 fn malloc_backtrace_returns_the_allocation_frames() {
-    let lines = run("malloc_backtrace", "backtrace");
-    let f: Vec<&str> = lines[0].split(' ').collect();
-    // site_a, main, libc's start code, _start: at least the first two, main among them; an
-    // unknown pointer has none.
-    assert!(f[1].parse::<usize>().unwrap() >= 2, "{lines:?}");
-    assert_eq!(f[2..], ["main", "1", "unknown", "0"], "{lines:?}");
+    // With a guard the id is in the block's header (docs/design.md, "Presence map").
+    for options in [
+        "backtrace",
+        "backtrace guard",
+        "backtrace rear_guard leak_track",
+    ] {
+        let lines = run("malloc_backtrace", options);
+        let f: Vec<&str> = lines[0].split(' ').collect();
+        // site_a, main, libc's start code, _start: at least the first two, main among them; an
+        // unknown pointer has none.
+        assert!(f[1].parse::<usize>().unwrap() >= 2, "{options}: {lines:?}");
+        assert_eq!(
+            f[2..],
+            ["main", "1", "unknown", "0"],
+            "{options}: {lines:?}"
+        );
+    }
 }
 
 #[test]

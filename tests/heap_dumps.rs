@@ -124,10 +124,15 @@ fn symbolize(dump: &Dump, frames: &[u64], exe: &Path) -> Vec<String> {
 
 /// Runs `leaker MODE` with backtrace, leak_track and an exit dump; its output and the dump.
 fn run_to_exit_dump(exe: &Path, mode: &str) -> (std::process::Output, String) {
-    let dir = scratch_dir(&format!("heap-dumps-{mode}"));
+    run_to_exit_dump_with(exe, mode, "")
+}
+
+/// `run_to_exit_dump` with more options (`extra`, with its leading space).
+fn run_to_exit_dump_with(exe: &Path, mode: &str, extra: &str) -> (std::process::Output, String) {
+    let dir = scratch_dir(&format!("heap-dumps-{mode}{}", extra.replace(' ', "-")));
     let prefix = dir.join("heap");
     let options = format!(
-        "backtrace leak_track backtrace_dump_on_exit backtrace_dump_prefix={}",
+        "backtrace leak_track backtrace_dump_on_exit backtrace_dump_prefix={}{extra}",
         prefix.display()
     );
     let output = run_under_front(exe, &[mode], Some(&options), &[]);
@@ -181,32 +186,40 @@ fn exit_dump_is_symbolized_and_agrees_with_leak_info() {
 fn blocks_keep_their_backtraces_while_unused_records_are_collected() {
     // 24,576 allocations from 8192 distinct stacks, all but eight freed at once: the backtrace
     // table passes its collection threshold (4096 records) several times, each collection
-    // freeing the records of freed blocks while the live ones keep theirs.
+    // freeing the records of freed blocks while the live ones keep theirs. With a guard the ids
+    // are in the blocks' headers, and collections read them there (docs/design.md, "Presence
+    // map").
     let exe = leaker();
-    let (output, text) = run_to_exit_dump(&exe, "churn");
-    let dump = parse_dump(&text);
+    for extra in ["", " guard"] {
+        let (output, text) = run_to_exit_dump_with(&exe, "churn", extra);
+        check_kept_backtraces(&exe, &output, &text);
+    }
+}
+
+fn check_kept_backtraces(exe: &Path, output: &std::process::Output, text: &str) {
+    let dump = parse_dump(text);
     // Call site i allocates 16 + (i & 63) bytes; the kept ones are i = 7 + 1024k.
     let kept: Vec<&Record> = dump.records.iter().filter(|r| r.size == 23).collect();
     assert_eq!(kept.len(), 8, "{text}");
     let mut sites = Vec::new();
     for r in &kept {
         assert_eq!(r.num, 1, "{text}");
-        let names = symbolize(&dump, &r.frames, &exe);
+        let names = symbolize(&dump, &r.frames, exe);
         assert_eq!(names[..2], ["alloc_at_site", "main"], "{text}");
         // The program's first frame: the call site.
         sites.push(
             r.frames
                 .iter()
-                .find(|&&pc| symbolize(&dump, &[pc], &exe).len() == 1),
+                .find(|&&pc| symbolize(&dump, &[pc], exe).len() == 1),
         );
     }
     sites.sort();
     sites.dedup();
     assert_eq!(sites.len(), 8, "eight distinct call sites: {text}");
     assert!(
-        !stderr_of(&output).contains("does not have matching frame data"),
+        !stderr_of(output).contains("does not have matching frame data"),
         "{}",
-        stderr_of(&output)
+        stderr_of(output)
     );
 }
 

@@ -35,6 +35,8 @@ fn leak_info_layout_sort_merge_zygote_and_malloc_backtrace() {
         out.ends_with("overall=0 info_size=0 total=0 bt_size=0\ndone\n"),
         "{out}"
     );
+    // With a guard the ids are in the headers, the same answers.
+    assert_eq!(ok(&run("leak-info", "backtrace guard", "")), out);
 }
 
 #[test]

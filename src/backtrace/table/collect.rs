@@ -61,6 +61,11 @@ pub trait LiveIds {
     /// shard's storage in place (entries added or removed meanwhile may or may not be seen);
     /// returns the number of entries visited.
     fn for_each_id(&self, k: usize, f: &mut dyn FnMut(u32)) -> usize;
+    /// What visiting one entry of shard `k` costs, in table entries (a step stops after about
+    /// `STEP_ENTRIES` of them): more where ids are read through the kernel.
+    fn cost_per_entry(&self, _k: usize) -> usize {
+        1
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -231,7 +236,7 @@ impl BacktraceTable {
                 }
             });
             drop(shards);
-            visited += n.max(1);
+            visited += n.max(1) * live.cost_per_entry(c.next);
             c.scanned += n;
             c.next += 1;
         }
