@@ -81,30 +81,33 @@ fn threads_marking_neighbouring_blocks_lose_no_bit() {
     // Four threads own interleaved 16-byte granules of the same words: every bit they set and
     // clear with their own locked instructions must survive the others'.
     let m: &'static PresenceMap = Box::leak(map());
-    let threads: Vec<_> = (0..4usize)
-        .map(|t| {
-            std::thread::spawn(move || {
-                for round in 0..200 {
-                    for i in 0..256usize {
-                        let p = BASE + (i * 4 + t) * 16;
-                        assert!(m.insert(p));
-                        if (i + round) % 3 == 0 {
-                            assert!(m.remove(p));
-                        }
-                    }
-                    for i in 0..256usize {
-                        let p = BASE + (i * 4 + t) * 16;
-                        assert_eq!(m.contains(p), (i + round) % 3 != 0, "thread {t} block {i}");
-                        m.remove(p);
-                    }
+    on_four_threads(move |t| {
+        for round in 0..200 {
+            for i in 0..256usize {
+                let p = BASE + (i * 4 + t) * 16;
+                assert!(m.insert(p));
+                if (i + round) % 3 == 0 {
+                    assert!(m.remove(p));
                 }
-            })
-        })
+            }
+            for i in 0..256usize {
+                let p = BASE + (i * 4 + t) * 16;
+                assert_eq!(m.contains(p), (i + round) % 3 != 0, "thread {t} block {i}");
+                m.remove(p);
+            }
+        }
+    });
+    assert_eq!(m.count(), 0);
+}
+
+/// Runs `f(t)` on four threads, t = 0..4, and waits for them.
+fn on_four_threads(f: impl Fn(usize) + Send + Copy + 'static) {
+    let threads: Vec<_> = (0..4usize)
+        .map(|t| std::thread::spawn(move || f(t)))
         .collect();
     for t in threads {
         t.join().unwrap();
     }
-    assert_eq!(m.count(), 0);
 }
 
 /// A size map of its own (zeroed on the heap, as `map`).
@@ -145,30 +148,23 @@ fn threads_setting_neighbouring_lanes_lose_no_value() {
     // As for the bits: four threads own interleaved granules, here each with a value of its own
     // in lanes of the same words.
     let m: &'static SizeMap = Box::leak(size_map());
-    let threads: Vec<_> = (0..4usize)
-        .map(|t| {
-            std::thread::spawn(move || {
-                for round in 0..200u64 {
-                    for i in 0..256usize {
-                        let p = BASE + (i * 4 + t) * 16;
-                        let value = 1 + (i as u64 * 257 + round + t as u64) % 65535;
-                        assert!(m.insert_value(p, value));
-                        if (i as u64 + round).is_multiple_of(3) {
-                            assert_eq!(m.take(p), value);
-                        }
-                    }
-                    for i in 0..256usize {
-                        let p = BASE + (i * 4 + t) * 16;
-                        let value = 1 + (i as u64 * 257 + round + t as u64) % 65535;
-                        let kept = !(i as u64 + round).is_multiple_of(3);
-                        assert_eq!(m.take(p), if kept { value } else { 0 }, "thread {t} {i}");
-                    }
+    on_four_threads(move |t| {
+        for round in 0..200u64 {
+            for i in 0..256usize {
+                let p = BASE + (i * 4 + t) * 16;
+                let value = 1 + (i as u64 * 257 + round + t as u64) % 65535;
+                assert!(m.insert_value(p, value));
+                if (i as u64 + round).is_multiple_of(3) {
+                    assert_eq!(m.take(p), value);
                 }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+            }
+            for i in 0..256usize {
+                let p = BASE + (i * 4 + t) * 16;
+                let value = 1 + (i as u64 * 257 + round + t as u64) % 65535;
+                let kept = !(i as u64 + round).is_multiple_of(3);
+                assert_eq!(m.take(p), if kept { value } else { 0 }, "thread {t} {i}");
+            }
+        }
+    });
     assert_eq!(m.count(), 0);
 }
