@@ -1,15 +1,14 @@
 //! Pointer tracking: the live-pointer table, the interned backtraces, and what is captured when
-//! an allocation is recorded (docs/spec/allocation.md#allocation-backtraces).
+//! an allocation is recorded (docs/spec/allocation.md#allocation-backtraces). Where the live
+//! blocks are kept when not in the table (the presence and size maps) is `maps`.
 
 use crate::backtrace::{self, BacktraceTable, LiveIds, MemoHit, NOTES, Origin};
-use crate::header::{Header, Layout};
+use crate::header::Header;
 use crate::live_table::{Info, Key, LiveTable};
-use crate::plan::{LiveBlocks, Plan};
-use crate::presence_map::{PresenceMap, SizeMap};
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 /// Marks backtrace ids that a module above this one keeps in use outside the live table (the
 /// `error_backtraces` extension's held free_track blocks, src/error_context.rs).
@@ -32,66 +31,6 @@ fn in_use_elsewhere() -> Option<MarkInUse> {
 pub static LIVE_TABLE: LiveTable =
     LiveTable::new(|seen| crate::sync::GATE.observe_quiescence(seen));
 pub static BACKTRACES: BacktraceTable = BacktraceTable::new();
-
-/// Where the live blocks are kept when not in the live table (`Plan::live_blocks`,
-/// docs/design.md "Presence map"): bits of `PRESENCE` with a header, 16-bit lanes of `SIZES`
-/// (the size plus one) without. Blocks a map refuses (sizes above `SIZES_MAX`, pointers it
-/// cannot hold) and blocks allocated in a zygote child (malloc_info orders them apart) go to
-/// the live table, so every lookup that misses the map asks the table too.
-pub static PRESENCE: PresenceMap = PresenceMap::new();
-pub static SIZES: SizeMap = SizeMap::new();
-const SIZES_MAX: usize = SizeMap::MAX_VALUE as usize - 1;
-
-const IN_TABLE: u8 = 0;
-const IN_PRESENCE: u8 = 1;
-const IN_SIZES: u8 = 2;
-/// `IN_PRESENCE` with each block's allocation backtrace id in its header (`header::ID_SLOT`).
-const IN_PRESENCE_IDS: u8 = 3;
-static LIVE_BLOCKS: AtomicU8 = AtomicU8::new(IN_TABLE);
-/// Under `IN_PRESENCE_IDS`: how far before a user pointer its header's id slot is.
-static ID_SLOT_BACK: AtomicUsize = AtomicUsize::new(0);
-
-/// Called once by initialize with the plan's choice. The presence map's blocks are read
-/// through `process_vm_readv` by snapshots and collections; where a seccomp filter refuses it,
-/// the table serves instead.
-pub fn keep_live_blocks_in(plan: &Plan, layout: &Layout) {
-    let code = match plan.live_blocks {
-        LiveBlocks::Presence if !crate::platform::can_read_foreign() => IN_TABLE,
-        LiveBlocks::Presence if plan.capture => {
-            let slot = crate::header::ID_SLOT.unwrap_or(0);
-            ID_SLOT_BACK.store(layout.pointer_offset - slot, Ordering::Relaxed);
-            IN_PRESENCE_IDS
-        }
-        LiveBlocks::Table => IN_TABLE,
-        LiveBlocks::Presence => IN_PRESENCE,
-        LiveBlocks::Sizes => IN_SIZES,
-    };
-    LIVE_BLOCKS.store(code, Ordering::Relaxed);
-}
-
-/// Whether the presence map's blocks carry their backtrace id in their header.
-pub fn ids_in_headers() -> bool {
-    live_blocks() == IN_PRESENCE_IDS
-}
-
-/// The id slot of a live presence-map block under `IN_PRESENCE_IDS`.
-#[inline(always)]
-fn id_slot(pointer: usize) -> *mut u32 {
-    pointer.wrapping_sub(ID_SLOT_BACK.load(Ordering::Relaxed)) as *mut u32
-}
-
-/// Reads the id of a block the caller knows is live and ours (it holds the block).
-#[inline(always)]
-fn read_id(pointer: usize) -> u32 {
-    // SAFETY: the header of a live header-mode block is ours and mapped; the slot is padding
-    // only this module writes.
-    unsafe { id_slot(pointer).read_unaligned() }
-}
-
-#[inline(always)]
-fn live_blocks() -> u8 {
-    LIVE_BLOCKS.load(Ordering::Relaxed)
-}
 
 /// Backtrace slot values below the interned ids.
 pub const BT_OFF: u32 = 0;
@@ -415,74 +354,6 @@ impl LiveIds for LiveTableIds {
     }
 }
 
-/// The presence map is marked in this many parts, at least one per step: a million live
-/// blocks make parts of about 4,000, each about half a millisecond.
-const PRESENCE_PARTS: usize = 256;
-/// A presence-map entry costs about four table entries to mark (its id is read through the
-/// kernel), so a step marks a quarter as many.
-const PRESENCE_ENTRY_COST: usize = 4;
-
-fn presence_parts() -> usize {
-    if ids_in_headers() { PRESENCE_PARTS } else { 0 }
-}
-
-/// The ids in the headers of one part of the presence map's blocks. A block may be freed, its
-/// memory even unmapped, while its slot is read: the slots are read through
-/// `process_vm_readv`, neighbours together, and one that cannot be read is left out (its block
-/// was freed a moment before). An id read from a block freed and reused meanwhile marks
-/// some other record, or none: marking too much is harmless, and a block allocated after the
-/// part was passed keeps its id alive itself (`publish`).
-fn for_each_id_in_part(part: usize, f: &mut dyn FnMut(u32)) -> usize {
-    const BATCH: usize = 256;
-    let Some(scratch) = mark_scratch() else {
-        // Out of memory: nothing marked, and the records of this part's blocks may go. Their
-        // backtraces then read as "nothing recorded", as the table's would after its own
-        // out-of-memory path.
-        return 0;
-    };
-    let mut slots = [0usize; BATCH];
-    let mut filled = 0;
-    let mut count = 0;
-    let mut flush = |slots: &[usize], f: &mut dyn FnMut(u32)| {
-        let mut ids = [None; BATCH];
-        let ids = &mut ids[..slots.len()];
-        crate::platform::read_foreign_records::<4>(slots, ids, &mut *scratch);
-        for id in ids.iter().flatten() {
-            f(u32::from_ne_bytes(*id));
-        }
-    };
-    PRESENCE.for_each_in_part(part, PRESENCE_PARTS, |pointer| {
-        slots[filled] = id_slot(pointer) as usize;
-        filled += 1;
-        count += 1;
-        if filled == BATCH {
-            flush(&slots, f);
-            filled = 0;
-        }
-    });
-    flush(&slots[..filled], f);
-    count
-}
-
-/// The buffer reads of headers go through (`platform::read_foreign_records`): 16 pages.
-pub const SCRATCH_BYTES: usize = 64 * 1024;
-
-/// The marking steps' buffer, mapped by the first and kept: a fresh one per part cost its page
-/// faults every time (256 parts a collection).
-static MARK_SCRATCH: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
-
-/// The marking steps' buffer. Only marking steps use it, and they run one at a time (under the
-/// collector's lock, src/backtrace/table/collect.rs).
-fn mark_scratch() -> Option<&'static mut [u8]> {
-    let mut memory = MARK_SCRATCH.load(Ordering::Acquire);
-    if memory.is_null() {
-        memory = crate::pages::map(SCRATCH_BYTES)?.as_ptr();
-        MARK_SCRATCH.store(memory, Ordering::Release);
-    }
-    // SAFETY: a mapping of SCRATCH_BYTES never unmapped, used by one marking step at a time.
-    Some(unsafe { core::slice::from_raw_parts_mut(memory, SCRATCH_BYTES) })
-}
-
 #[cold]
 #[inline(never)]
 fn collect_step() {
@@ -612,14 +483,6 @@ pub fn restore(pointer: usize, record: Removed) {
     });
 }
 
-fn in_map(pointer: usize) -> bool {
-    match live_blocks() {
-        IN_PRESENCE | IN_PRESENCE_IDS => PRESENCE.contains(pointer),
-        IN_SIZES => SIZES.contains(pointer),
-        _ => false,
-    }
-}
-
 pub fn is_live(pointer: usize) -> bool {
     in_map(pointer) || LIVE_TABLE.get(pointer).is_some()
 }
@@ -637,19 +500,16 @@ pub fn backtrace_of(pointer: usize) -> Option<u32> {
     LIVE_TABLE.get(pointer).map(|info| info.backtrace_id)
 }
 
-/// Calls `f` with every live block the presence map holds (none unless it is in use).
-pub fn for_each_present(f: impl FnMut(usize)) {
-    if matches!(live_blocks(), IN_PRESENCE | IN_PRESENCE_IDS) {
-        PRESENCE.for_each(f);
-    }
-}
+mod maps;
 
-/// Calls `f` with every live block the size map holds and its size (none unless it is in use).
-pub fn for_each_sized(mut f: impl FnMut(usize, usize)) {
-    if live_blocks() == IN_SIZES {
-        SIZES.for_each_value(|pointer, lane| f(pointer, lane as usize - 1));
-    }
-}
+use maps::{
+    ID_SLOT_BACK, IN_PRESENCE, IN_PRESENCE_IDS, IN_SIZES, IN_TABLE, PRESENCE_ENTRY_COST, SIZES_MAX,
+    for_each_id_in_part, id_slot, in_map, live_blocks, presence_parts, read_id,
+};
+pub use maps::{
+    PRESENCE, SCRATCH_BYTES, SIZES, for_each_present, for_each_sized, ids_in_headers,
+    keep_live_blocks_in,
+};
 
 #[cfg(test)]
 mod tests;
