@@ -96,11 +96,17 @@ fn size_filters_leave_allocations_without_frames_out() {
 #[test]
 fn enable_on_signal_toggles_capture() {
     // Starts off: only the allocation made between the two signals has a backtrace.
-    let lines = run("toggle", "backtrace_enable_on_signal");
-    assert_eq!(entries(&lines), [("16".into(), 1)]);
-    // With `backtrace` too, capture starts on and the first signal turns it off.
-    let lines = run("toggle", "backtrace backtrace_enable_on_signal");
-    assert_eq!(sizes_with_frames(&lines), ["21", "b"], "{lines:?}");
+    // With a guard the ids (or "none") are in the headers (docs/design.md, "Presence map").
+    for extra in ["", " guard"] {
+        let lines = run("toggle", &format!("backtrace_enable_on_signal{extra}"));
+        assert_eq!(entries(&lines), [("16".into(), 1)], "{extra}");
+        // With `backtrace` too, capture starts on and the first signal turns it off.
+        let lines = run(
+            "toggle",
+            &format!("backtrace backtrace_enable_on_signal{extra}"),
+        );
+        assert_eq!(sizes_with_frames(&lines), ["21", "b"], "{extra}: {lines:?}");
+    }
 }
 
 #[test]

@@ -102,7 +102,18 @@ fn dropped_block_is_reported_and_reachable_ones_are_not() {
 
 #[test]
 fn with_backtraces_the_leak_names_where_it_was_allocated() {
-    let out = run("check_unreachable_on_signal backtrace", &[]);
+    // With a guard the backtrace id is read from the block's header (docs/design.md, "Presence
+    // map").
+    for options in [
+        "check_unreachable_on_signal backtrace",
+        "check_unreachable_on_signal backtrace guard",
+    ] {
+        check_leak_names_its_allocation(options);
+    }
+}
+
+fn check_leak_names_its_allocation(options: &str) {
+    let out = run(options, &[]);
     let messages = malloc_debug_messages(&out);
     assert_eq!(messages[0], "Starting to check for unreachable memory.");
     assert_eq!(messages[1], SUMMARY);
