@@ -122,14 +122,15 @@ pub unsafe fn initialize(
         crate::tracking::set_in_use_elsewhere(crate::error_context::mark_queued);
     }
     let plan = crate::plan::Plan::new(&config);
-    crate::tracking::keep_live_blocks_in(&plan, &Layout::new(&config));
+    let layout = Layout::new(&config);
+    crate::tracking::keep_live_blocks_in(&plan, &layout);
     // SAFETY: INIT_PHASE makes this the only initialising call, and nothing has read the state.
     unsafe {
         state::publish(State {
             dispatch,
             zygote_child,
             config,
-            layout: Layout::new(&config),
+            layout,
             plan,
         })
     };

@@ -279,8 +279,8 @@ pub fn build_fingerprint(out: &mut dyn FnMut(&[u8])) {
 /// `None`. Neighbouring records are read as one run of at most `MAX_RUN` bytes, as many runs per
 /// system call as `scratch` holds: the kernel's cost is mostly per run (the pages it looks up),
 /// so the headers of a heap of small blocks cost a system call per few hundred blocks instead
-/// of a run each. A run that cannot be read (some page of it is gone) is read again record by
-/// record.
+/// of a run each. A run that cannot be read (some page of it is gone), or that does not fit in
+/// `scratch` (empty when none could be had), is read record by record.
 pub fn read_foreign_records<const N: usize>(
     addresses: &[usize],
     out: &mut [Option<[u8; N]>],
@@ -288,7 +288,12 @@ pub fn read_foreign_records<const N: usize>(
 ) {
     const MAX_RUN: usize = 4096;
     const RUNS: usize = 64;
-    debug_assert!(scratch.len() >= MAX_RUN + N);
+    let read_each = |addresses: &[usize], out: &mut [Option<[u8; N]>]| {
+        for (read, &address) in out.iter_mut().zip(addresses) {
+            let mut record = [0u8; N];
+            *read = read_foreign(address, &mut record).then_some(record);
+        }
+    };
     let mut next = 0;
     while next < addresses.len() {
         // Runs: (first record, one past the last) into `addresses`, and their iovecs.
@@ -310,7 +315,12 @@ pub fn read_foreign_records<const N: usize>(
             }
             let len = addresses[end - 1] + N - start;
             if bytes + len > scratch.len() {
-                break;
+                if count > 0 {
+                    break;
+                }
+                read_each(&addresses[next..end], &mut out[next..end]);
+                next = end;
+                continue;
             }
             runs[count] = (next, end);
             remote[count] = libc::iovec {
@@ -320,6 +330,9 @@ pub fn read_foreign_records<const N: usize>(
             count += 1;
             bytes += len;
             next = end;
+        }
+        if count == 0 {
+            continue;
         }
         let local = libc::iovec {
             iov_base: scratch.as_mut_ptr().cast(),
@@ -345,10 +358,7 @@ pub fn read_foreign_records<const N: usize>(
                 read -= iov.iov_len;
             } else {
                 read = 0;
-                for i in first..end {
-                    let mut record = [0u8; N];
-                    out[i] = read_foreign(addresses[i], &mut record).then_some(record);
-                }
+                read_each(&addresses[first..end], &mut out[first..end]);
             }
             at += iov.iov_len;
         }
@@ -430,15 +440,18 @@ mod tests {
             .collect();
         sorted.sort();
         let ordered: std::vec::Vec<usize> = sorted.iter().map(|&(a, _)| a).collect();
-        let mut out = std::vec![None; ordered.len()];
-        let mut scratch = std::vec![0u8; 16 * 1024];
-        read_foreign_records::<4>(&ordered, &mut out, &mut scratch);
-        for (k, &(address, i)) in sorted.iter().enumerate() {
-            let expected = (!bad.contains(&i)).then(|| {
-                // SAFETY: a readable u32 of this test (not one of the bad addresses).
-                unsafe { (address as *const u32).read() }.to_ne_bytes()
-            });
-            assert_eq!(out[k], expected, "record {i}");
+        // With room for many runs, and with none (every record read on its own).
+        for room in [16 * 1024, 0] {
+            let mut out = std::vec![None; ordered.len()];
+            let mut scratch = std::vec![0u8; room];
+            read_foreign_records::<4>(&ordered, &mut out, &mut scratch);
+            for (k, &(address, i)) in sorted.iter().enumerate() {
+                let expected = (!bad.contains(&i)).then(|| {
+                    // SAFETY: a readable u32 of this test (not one of the bad addresses).
+                    unsafe { (address as *const u32).read() }.to_ne_bytes()
+                });
+                assert_eq!(out[k], expected, "record {i}, scratch {room}");
+            }
         }
         assert!(can_read_foreign());
         // SAFETY: the mapping made above, no longer used.

@@ -250,18 +250,8 @@ impl HeaderBatch {
             for (address, &pointer) in addresses.iter_mut().zip(pointers) {
                 *address = layout.header_of(pointer) as usize;
             }
-            let addresses = &addresses[..pointers.len()];
-            match &mut self.scratch {
-                Some(scratch) => {
-                    crate::platform::read_foreign_records(addresses, headers, scratch.bytes())
-                }
-                None => {
-                    for (read, &address) in headers.iter_mut().zip(addresses) {
-                        let mut bytes = [0u8; HEADER_READ];
-                        *read = crate::platform::read_foreign(address, &mut bytes).then_some(bytes);
-                    }
-                }
-            }
+            let scratch = self.scratch.as_mut().map_or(&mut [][..], |s| s.bytes());
+            crate::platform::read_foreign_records(&addresses[..pointers.len()], headers, scratch);
         }
         for (bytes, &pointer) in headers.iter().zip(pointers) {
             let Some(bytes) = bytes else { continue };

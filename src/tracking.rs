@@ -3,7 +3,6 @@
 //! blocks are kept when not in the table (the presence and size maps) is `maps`.
 
 use crate::backtrace::{self, BacktraceTable, LiveIds, MemoHit, NOTES, Origin};
-use crate::header::Header;
 use crate::live_table::{Info, Key, LiveTable};
 use crate::signals::BACKTRACE_ENABLED;
 use crate::state::State;
@@ -431,9 +430,8 @@ pub fn untrack(pointer: usize) -> Option<Removed> {
     let epoch = BACKTRACES.epoch();
     if held_in == IN_PRESENCE_IDS && PRESENCE.remove(pointer) {
         // The header's size too, so that the record can go back to the table if need be.
-        let back = ID_SLOT_BACK.load(Ordering::Relaxed) + crate::header::ID_SLOT.unwrap_or(0);
         // SAFETY: the bit was set: a live header-mode block of ours, which this call holds.
-        let header = unsafe { (pointer.wrapping_sub(back) as *const Header).read_unaligned() };
+        let header = unsafe { header_at(pointer).read_unaligned() };
         return Some(Removed {
             info: Info {
                 size: header.size.min(crate::header::MAX_SIZE) as u32,
@@ -503,8 +501,8 @@ pub fn backtrace_of(pointer: usize) -> Option<u32> {
 mod maps;
 
 use maps::{
-    ID_SLOT_BACK, IN_PRESENCE, IN_PRESENCE_IDS, IN_SIZES, IN_TABLE, PRESENCE_ENTRY_COST, SIZES_MAX,
-    for_each_id_in_part, id_slot, in_map, live_blocks, presence_parts, read_id,
+    IN_PRESENCE, IN_PRESENCE_IDS, IN_SIZES, IN_TABLE, PRESENCE_ENTRY_COST, SIZES_MAX,
+    for_each_id_in_part, header_at, id_slot, in_map, live_blocks, presence_parts, read_id,
 };
 pub use maps::{
     PRESENCE, SCRATCH_BYTES, SIZES, for_each_present, for_each_sized, ids_in_headers,

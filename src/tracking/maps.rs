@@ -3,7 +3,7 @@
 //! chosen once at initialize (docs/design.md, "Presence map"), and how collections read the
 //! backtrace ids out of the headers.
 
-use crate::header::Layout;
+use crate::header::{Header, Layout};
 use crate::plan::{LiveBlocks, Plan};
 use crate::presence_map::{PresenceMap, SizeMap};
 use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
@@ -23,8 +23,9 @@ pub(super) const IN_SIZES: u8 = 2;
 /// `IN_PRESENCE` with each block's allocation backtrace id in its header (`header::ID_SLOT`).
 pub(super) const IN_PRESENCE_IDS: u8 = 3;
 static LIVE_BLOCKS: AtomicU8 = AtomicU8::new(IN_TABLE);
-/// Under `IN_PRESENCE_IDS`: how far before a user pointer its header's id slot is.
-pub(super) static ID_SLOT_BACK: AtomicUsize = AtomicUsize::new(0);
+/// Under `IN_PRESENCE_IDS`: how far before a user pointer its header is (the layout's
+/// `pointer_offset`).
+static HEADER_BACK: AtomicUsize = AtomicUsize::new(0);
 
 /// Called once by initialize with the plan's choice. The presence map's blocks are read
 /// through `process_vm_readv` by snapshots and collections; where a seccomp filter refuses it,
@@ -33,8 +34,7 @@ pub fn keep_live_blocks_in(plan: &Plan, layout: &Layout) {
     let code = match plan.live_blocks {
         LiveBlocks::Presence if !crate::platform::can_read_foreign() => IN_TABLE,
         LiveBlocks::Presence if plan.capture => {
-            let slot = crate::header::ID_SLOT.unwrap_or(0);
-            ID_SLOT_BACK.store(layout.pointer_offset - slot, Ordering::Relaxed);
+            HEADER_BACK.store(layout.pointer_offset, Ordering::Relaxed);
             IN_PRESENCE_IDS
         }
         LiveBlocks::Table => IN_TABLE,
@@ -49,10 +49,16 @@ pub fn ids_in_headers() -> bool {
     live_blocks() == IN_PRESENCE_IDS
 }
 
-/// The id slot of a live presence-map block under `IN_PRESENCE_IDS`.
+/// The header of a presence-map block under `IN_PRESENCE_IDS`.
+#[inline(always)]
+pub(super) fn header_at(pointer: usize) -> *mut Header {
+    pointer.wrapping_sub(HEADER_BACK.load(Ordering::Relaxed)) as *mut Header
+}
+
+/// The id slot of a presence-map block under `IN_PRESENCE_IDS`.
 #[inline(always)]
 pub(super) fn id_slot(pointer: usize) -> *mut u32 {
-    pointer.wrapping_sub(ID_SLOT_BACK.load(Ordering::Relaxed)) as *mut u32
+    (header_at(pointer) as usize).wrapping_add(crate::header::ID_SLOT.unwrap_or(0)) as *mut u32
 }
 
 /// Reads the id of a block the caller knows is live and ours (it holds the block).
