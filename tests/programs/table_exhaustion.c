@@ -44,6 +44,14 @@ int main(int argc, char **argv) {
   void *reserve[RESERVE_CHUNKS];
   for (int i = 0; i < RESERVE_CHUNKS; i++) reserve[i] = malloc(RESERVE_CHUNK);
   for (int i = 0; i < RESERVE_CHUNKS; i++) free(reserve[i]);
+  /* Blocks of the kept region, tracked, across all of it: a tracking map's part for every
+   * address of it is mapped now (the region may straddle the 1 GiB boundary of the presence
+   * and size maps' leaves), while mappings still succeed. Under 65,535 bytes, the size map's
+   * largest. */
+  enum { SPAN = 60000, SPANS = RESERVE_CHUNKS * (RESERVE_CHUNK / SPAN) };
+  static void *span[SPANS];
+  for (int i = 0; i < SPANS; i++) span[i] = malloc(SPAN);
+  for (int i = 0; i < SPANS; i++) free(span[i]);
   /* free_track keeps freed blocks queued (at most 16384): push the reserve out of the queue. */
   for (int i = 0; i < 20000; i++) {
     void *volatile q = malloc(8);
