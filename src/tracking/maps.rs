@@ -92,13 +92,15 @@ pub(super) fn presence_parts() -> usize {
 /// some other record, or none: marking too much is harmless, and a block allocated after the
 /// part was passed keeps its id alive itself (`publish`).
 pub(super) fn for_each_id_in_part(part: usize, f: &mut dyn FnMut(u32)) -> usize {
+    ids_in_part(part, mark_scratch(), f)
+}
+
+/// `for_each_id_in_part` with the buffer neighbouring slots are read through, if it could be
+/// mapped. Without it (out of memory) every slot is read on its own: slower, but no live
+/// block's record is left unmarked, which would let a collection free it.
+fn ids_in_part(part: usize, scratch: Option<&mut [u8]>, f: &mut dyn FnMut(u32)) -> usize {
     const BATCH: usize = 256;
-    let Some(scratch) = mark_scratch() else {
-        // Out of memory: nothing marked, and the records of this part's blocks may go. Their
-        // backtraces then read as "nothing recorded", as the table's would after its own
-        // out-of-memory path.
-        return 0;
-    };
+    let scratch = scratch.unwrap_or_default();
     let mut slots = [0usize; BATCH];
     let mut filled = 0;
     let mut count = 0;
@@ -147,6 +149,56 @@ pub(super) fn in_map(pointer: usize) -> bool {
         IN_PRESENCE | IN_PRESENCE_IDS => PRESENCE.contains(pointer),
         IN_SIZES => SIZES.contains(pointer),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks whose id slots lie in `memory`, ids 1..=n, in the (otherwise unused in unit
+    /// tests) presence map.
+    fn blocks_with_ids(memory: &mut [u64], n: usize) -> Vec<usize> {
+        let base = memory.as_mut_ptr() as usize;
+        let blocks: Vec<usize> = (0..n).map(|i| base + 64 * i).collect();
+        for (i, &pointer) in blocks.iter().enumerate() {
+            assert!(PRESENCE.insert(pointer));
+            // SAFETY: the slot lies inside `memory` (64 bytes per block, slot before 64).
+            unsafe { id_slot(pointer).write_unaligned(i as u32 + 1) };
+        }
+        blocks
+    }
+
+    fn ids_marked(scratch: Option<&mut [u8]>) -> Vec<u32> {
+        let mut scratch = scratch;
+        let mut ids = Vec::new();
+        for part in 0..PRESENCE_PARTS {
+            ids_in_part(part, scratch.as_deref_mut(), &mut |id| ids.push(id));
+        }
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn every_id_is_marked_with_or_without_the_buffer() {
+        assert_eq!(
+            HEADER_BACK.load(Ordering::Relaxed) + crate::header::ID_SLOT.unwrap(),
+            28
+        );
+        let mut memory = vec![0u64; 8 * 3000];
+        let blocks = blocks_with_ids(&mut memory, 3000);
+        let want: Vec<u32> = (1..=3000).collect();
+        let mut buffer = vec![0u8; SCRATCH_BYTES];
+        assert_eq!(ids_marked(Some(&mut buffer)), want);
+        assert_eq!(
+            ids_marked(None),
+            want,
+            "no buffer (out of memory): slot by slot"
+        );
+        for pointer in blocks {
+            assert!(PRESENCE.remove(pointer));
+        }
     }
 }
 
