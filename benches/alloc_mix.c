@@ -3,13 +3,17 @@
 // each call made at the end of a call chain about 12 frames deep (so a stack walk has real work),
 // from one of eight distinct chains (so deduplicated backtraces are few but not one).
 //
-// Usage: alloc_mix [THREADS [CALLS]]   (defaults: 1 thread, 5,000,000 calls split over threads)
-// Prints a checksum so the work cannot be optimised away; the exit status is 0 on success.
+// Usage: alloc_mix [THREADS [CALLS [times]]]   (defaults: 1 thread, 5,000,000 calls split over
+// threads). Prints a checksum so the work cannot be optimised away, and with `times` a second
+// line "work_s W cpu_s C": the wall and process CPU seconds of the threads' work alone, so that
+// a runner's own start-up (bwrap, a log capture) does not blur a comparison (scripts/bench-android).
+// The exit status is 0 on success.
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define LIVE 16384  // slots; about 60% are occupied at any time
 #define DEPTH 11
@@ -99,9 +103,13 @@ int main(int argc, char** argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 1;
   long calls = argc > 2 ? atol(argv[2]) : 5000000L;
   if (threads < 1 || threads > 64 || calls < 1) {
-    fprintf(stderr, "usage: alloc_mix [THREADS [CALLS]]\n");
+    fprintf(stderr, "usage: alloc_mix [THREADS [CALLS [times]]]\n");
     return 2;
   }
+  int times = argc > 3 && strcmp(argv[3], "times") == 0;
+  struct timespec wall0, cpu0, wall1, cpu1;
+  clock_gettime(CLOCK_MONOTONIC, &wall0);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
   struct worker* w = calloc((size_t)threads, sizeof *w);
   pthread_t* t = calloc((size_t)threads, sizeof *t);
   for (int i = 0; i < threads; i++) {
@@ -114,7 +122,14 @@ int main(int argc, char** argv) {
     pthread_join(t[i], NULL);
     sum += w[i].checksum;
   }
+  clock_gettime(CLOCK_MONOTONIC, &wall1);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
   printf("checksum %llu\n", (unsigned long long)sum);
+  if (times) {
+    printf("work_s %.6f cpu_s %.6f\n",
+           (double)(wall1.tv_sec - wall0.tv_sec) + (wall1.tv_nsec - wall0.tv_nsec) / 1e9,
+           (double)(cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) / 1e9);
+  }
   free(w);
   free(t);
   return 0;
