@@ -15,7 +15,7 @@
 //!
 //! The structure is a set of buckets per shard of threads (the thread pointer hashed, as the
 //! queue's rings are). A bucket holds the blocks of one native usable size, in up to `WAYS`
-//! slots (two cache lines on 64-bit targets); a slot holds a block's address with the usable
+//! slots (four cache lines on 64-bit targets); a slot holds a block's address with the usable
 //! size's low bits packed below the allocator's alignment, so a taker knows the exact usable
 //! size without a native call. Puts and takes are one compare-and-swap on a slot: nothing
 //! waits, so the signal-33 rule of docs/design.md holds. Each shard's bytes are bounded
@@ -47,10 +47,10 @@ const REQUEST_CLASSES: usize = MAX_USABLE / REQUEST_STEP + 1;
 /// A take looks up to `1 + bucket / SLACK_DIVISOR` buckets above the request's class.
 const SLACK_DIVISOR: usize = 8;
 /// Slots per bucket.
-const WAYS: usize = 16;
+const WAYS: usize = 32;
 const SHARDS: usize = 8;
 /// Most bytes of spares in one shard.
-pub const SHARD_BYTES: usize = 256 << 10;
+pub const SHARD_BYTES: usize = 512 << 10;
 
 /// A block taken from the spares: its native start and native usable size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,7 +160,7 @@ impl SpareBlocks {
 
     /// Keeps `orig`, a native block of `usable` bytes that nothing uses any more. Whatever is
     /// not kept goes to `give_back`, in one call: `orig` itself when it is too large; when
-    /// sixteen of its size wait already, the newer half of them (so that the next puts of the
+    /// `WAYS` of its size wait already, the newer half of them (so that the next puts of the
     /// size find room, and the caller's cost per give-back is shared by several); when the
     /// shard's budget is used up, older spares of other sizes, taken round-robin over the sizes
     /// until an eighth of the budget is free (so that sizes the program has stopped asking for
