@@ -1,6 +1,6 @@
 //! Unit tests of the backtrace store: interning, collections, concurrent readers.
 
-use super::collect::{ENTRIES_SCANNED_PER_RECORD, MIN_COLLECT_AT};
+use super::collect::{ENTRIES_SCANNED_PER_RECORD, MIN_COLLECT_AT, STEP_ENTRIES};
 use super::*;
 
 /// A live table whose shards hold `ids` (shard k: the ids at k, k + shards, ...), said to
@@ -277,6 +277,48 @@ fn a_collection_runs_a_step_at_a_time() {
     for (i, &id) in ids.iter().enumerate() {
         assert_eq!(t.contains(id), i % 2 == 0, "id {id}");
     }
+}
+
+/// Shards that each report `entries` entries (and hold no ids).
+struct EvenShards {
+    shards: usize,
+    entries: usize,
+}
+
+impl LiveIds for EvenShards {
+    fn shards(&self) -> usize {
+        self.shards
+    }
+
+    fn for_each_id(&self, _k: usize, _f: &mut dyn FnMut(u32)) -> usize {
+        self.entries
+    }
+}
+
+#[test]
+fn a_marking_step_stops_before_a_shard_that_would_double_it() {
+    let t = Box::new(BacktraceTable::new());
+    for i in 0..MIN_COLLECT_AT + 1 {
+        t.intern(&[i, 9]).unwrap();
+    }
+    // Shards just under the step's budget: each step marks one, never two.
+    let live = EvenShards {
+        shards: 4,
+        entries: STEP_ENTRIES * 6 / 10,
+    };
+    assert!(t.collection_wanted());
+    let steps = step_until_idle(&t, &live);
+    assert_eq!(steps, live.shards + SHARDS);
+    // Small shards are still taken together.
+    for i in 0..2 * MIN_COLLECT_AT + 1 {
+        t.intern(&[i, 10]).unwrap();
+    }
+    let small = EvenShards {
+        shards: 4,
+        entries: STEP_ENTRIES / 10,
+    };
+    assert!(t.collection_wanted());
+    assert_eq!(step_until_idle(&t, &small), 1 + SHARDS);
 }
 
 #[test]
