@@ -152,6 +152,20 @@ pub(super) fn in_map(pointer: usize) -> bool {
     }
 }
 
+/// Calls `f` with every live block the presence map holds (none unless it is in use).
+pub fn for_each_present(f: impl FnMut(usize)) {
+    if matches!(live_blocks(), IN_PRESENCE | IN_PRESENCE_IDS) {
+        PRESENCE.for_each(f);
+    }
+}
+
+/// Calls `f` with every live block the size map holds and its size (none unless it is in use).
+pub fn for_each_sized(mut f: impl FnMut(usize, usize)) {
+    if live_blocks() == IN_SIZES {
+        SIZES.for_each_value(|pointer, lane| f(pointer, lane as usize - 1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,19 +213,5 @@ mod tests {
         for pointer in blocks {
             assert!(PRESENCE.remove(pointer));
         }
-    }
-}
-
-/// Calls `f` with every live block the presence map holds (none unless it is in use).
-pub fn for_each_present(f: impl FnMut(usize)) {
-    if matches!(live_blocks(), IN_PRESENCE | IN_PRESENCE_IDS) {
-        PRESENCE.for_each(f);
-    }
-}
-
-/// Calls `f` with every live block the size map holds and its size (none unless it is in use).
-pub fn for_each_sized(mut f: impl FnMut(usize, usize)) {
-    if live_blocks() == IN_SIZES {
-        SIZES.for_each_value(|pointer, lane| f(pointer, lane as usize - 1));
     }
 }
