@@ -21,6 +21,10 @@
 //
 // Only malloc, calloc, realloc, free and malloc_usable_size are wrapped: enough for
 // benches/alloc_mix.c, not for programs that use the aligned allocations.
+//
+// Built with -DFLOOR_FOR_BIONIC (scripts/bench-android, host gcc and glibc headers linked against
+// an Android root's libc.so), the native functions are found with dlsym(RTLD_NEXT) instead of
+// glibc's __libc_ names, and errno is bionic's.
 
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -36,11 +40,40 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef FLOOR_FOR_BIONIC
+#undef errno
+extern int* __errno(void);
+#define errno (*__errno())
+static void* (*next_malloc)(size_t);
+static void* (*next_calloc)(size_t, size_t);
+static void* (*next_realloc)(void*, size_t);
+static void* (*next_memalign)(size_t, size_t);
+static void (*next_free)(void*);
+// bionic's dlsym does not allocate, so the first call can resolve them all.
+static void resolve_next(void) {
+  next_calloc = (void* (*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
+  next_realloc = (void* (*)(void*, size_t))dlsym(RTLD_NEXT, "realloc");
+  next_memalign = (void* (*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
+  next_free = (void (*)(void*))dlsym(RTLD_NEXT, "free");
+  next_malloc = (void* (*)(size_t))dlsym(RTLD_NEXT, "malloc");
+}
+// Before main, when this runs, the process has one thread; a call before it resolves lazily.
+__attribute__((constructor)) static void floor_resolve(void) {
+  if (!next_malloc) resolve_next();
+}
+#define NEXT(f) (next_malloc ? 0 : (resolve_next(), 0), next_##f)
+static void* __libc_malloc(size_t n) { return NEXT(malloc)(n); }
+static void* __libc_calloc(size_t k, size_t n) { return NEXT(calloc)(k, n); }
+static void* __libc_realloc(void* p, size_t n) { return NEXT(realloc)(p, n); }
+static void* __libc_memalign(size_t a, size_t n) { return NEXT(memalign)(a, n); }
+static void __libc_free(void* p) { NEXT(free)(p); }
+#else
 extern void* __libc_malloc(size_t);
 extern void* __libc_calloc(size_t, size_t);
 extern void* __libc_realloc(void*, size_t);
 extern void* __libc_memalign(size_t, size_t);
 extern void __libc_free(void*);
+#endif
 
 // glibc has no __libc_ name for it, and this file defines the public one.
 static size_t native_usable_size(void* p) {
