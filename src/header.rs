@@ -60,9 +60,14 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Whether blocks carry a header under `config`: only the guards need one.
+    pub fn needs_header(config: &Config<'_>) -> bool {
+        config.has(bits::FRONT_GUARD) || config.has(bits::REAR_GUARD)
+    }
+
     pub fn new(config: &Config<'_>) -> Self {
         let mut layout = Layout::default();
-        if config.has(bits::FRONT_GUARD) || config.has(bits::REAR_GUARD) {
+        if Self::needs_header(config) {
             layout.header = true;
             layout.pointer_offset = align_up(size_of::<Header>(), MIN_ALIGN);
             if config.has(bits::FRONT_GUARD) {

@@ -28,7 +28,7 @@ pub enum LiveBlocks {
 
 impl LiveBlocks {
     fn new(config: &Config<'_>) -> LiveBlocks {
-        let header = config.has(bits::FRONT_GUARD) || config.has(bits::REAR_GUARD);
+        let header = crate::header::Layout::needs_header(config);
         if !config.has(bits::TRACK_ALLOCS) {
             LiveBlocks::Table
         } else if config.has(bits::BACKTRACE) {

@@ -122,14 +122,7 @@ pub fn track(state: &State, origin: &Origin, pointer: usize, size: usize) {
     if zygote {
         stored |= ZYGOTE_BIT;
     }
-    let mut entry = if live_blocks() == IN_PRESENCE_IDS && !zygote {
-        Entry::Header {
-            mangled: Key::mangle(pointer),
-            stored,
-        }
-    } else {
-        Entry::Table(Key::of(pointer), stored)
-    };
+    let mut entry = Entry::new(pointer, stored, live_blocks() == IN_PRESENCE_IDS && !zygote);
     if !state.plan.capture || !BACKTRACE_ENABLED.load(Ordering::Relaxed) {
         entry.add(BT_OFF);
         return;
@@ -153,6 +146,19 @@ enum Entry {
 }
 
 impl Entry {
+    /// The record of `pointer` with the stored size `stored`: a presence-map bit with the id in
+    /// the header when `in_header`, else a table entry.
+    fn new(pointer: usize, stored: u32, in_header: bool) -> Entry {
+        if in_header {
+            Entry::Header {
+                mangled: Key::mangle(pointer),
+                stored,
+            }
+        } else {
+            Entry::Table(Key::of(pointer), stored)
+        }
+    }
+
     /// Records the block with `id`. A presence map that refuses the pointer sends it to the
     /// table (and the entry becomes a table entry for later `set`s).
     fn add(&mut self, id: u32) -> bool {
@@ -467,14 +473,7 @@ pub fn restore(pointer: usize, record: Removed) {
         }
         _ => {}
     }
-    let entry = if record.held_in == IN_PRESENCE_IDS {
-        Entry::Header {
-            mangled: Key::mangle(pointer),
-            stored: record.info.size,
-        }
-    } else {
-        Entry::Table(Key::of(pointer), record.info.size)
-    };
+    let entry = Entry::new(pointer, record.info.size, record.held_in == IN_PRESENCE_IDS);
     let mut id = record.info.backtrace_id;
     publish(entry, record.epoch, || {
         core::mem::replace(&mut id, BT_EMPTY)

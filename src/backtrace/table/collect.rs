@@ -210,7 +210,7 @@ impl BacktraceTable {
     fn mark_step(&self, c: &mut Collection, live: &dyn LiveIds) {
         let epoch = self.epoch.load(Ordering::Relaxed);
         let mut visited = 0;
-        while c.next < live.shards() && visited < STEP_ENTRIES {
+        while c.next < live.shards() {
             // The store's shard locks are taken inside the pass, after the live-table shard's own
             // (the order every whole-table pass keeps), and only if the shard has an id.
             let mut shards: Option<[MutexGuard<'_, Shard>; SHARDS]> = None;
