@@ -6,6 +6,7 @@ use crate::config::FILL_FREE_BYTE;
 use crate::failure;
 use crate::free_queue::FreeQueue;
 use crate::header::DEBUG_FREE_TAG;
+use crate::live_table::Key;
 use crate::log::log_error;
 use crate::spare_blocks::{Miss, SpareBlocks};
 use crate::state::State;
@@ -30,7 +31,7 @@ pub struct Freed {
 
 impl Freed {
     pub fn pointer(&self) -> usize {
-        self.mangled ^ usize::MAX
+        Key::mangle(self.mangled)
     }
 
     pub fn alloc_backtrace(&self) -> u32 {
@@ -53,7 +54,7 @@ static SPARES: SpareBlocks = SpareBlocks::new();
 /// checked and given back.
 pub fn hold(state: &State, pointer: usize, filled: usize, alloc_backtrace: u32, frames: &[usize]) {
     let entry = Freed {
-        mangled: pointer ^ usize::MAX,
+        mangled: Key::mangle(pointer),
         filled,
         alloc_backtrace,
     };
@@ -67,7 +68,7 @@ pub fn hold(state: &State, pointer: usize, filled: usize, alloc_backtrace: u32, 
 #[cold]
 #[inline(never)]
 pub fn is_held(pointer: usize) -> bool {
-    let mangled = pointer ^ usize::MAX;
+    let mangled = Key::mangle(pointer);
     let mut found = false;
     FREE_QUEUE.for_each(|entry, _| found |= entry.mangled == mangled);
     found
@@ -76,7 +77,7 @@ pub fn is_held(pointer: usize) -> bool {
 /// Copies the free-time frames recorded for a held pointer into `out`; false when the pointer
 /// is not held (an error report: every ring is looked at).
 pub fn free_backtrace_of(pointer: usize, out: &mut FrameBuffer) -> bool {
-    let mangled = pointer ^ usize::MAX;
+    let mangled = Key::mangle(pointer);
     let mut found = false;
     FREE_QUEUE.for_each(|entry, frames| {
         if !found && entry.mangled == mangled {
