@@ -17,10 +17,18 @@
 #include <sys/wait.h>
 #include <sys/mman.h>
 #include <stdint.h>
-// 20,000 malloc/free pairs: 40,000 recorded calls per thread.
+// 20,000 malloc/free pairs: 40,000 recorded calls per thread. The threads mode makes sure the
+// signal's write lands in the middle, whatever the scheduler does: each thread counts its
+// first pairs in `started`, and before its second half waits for `signalled`.
+static int started, signalled;
 static void* hammer(void* a) {
   (void)a;
-  for (int i = 0; i < 20000; i++) free(malloc(16 + (i & 255)));
+  for (int i = 0; i < 20000; i++) {
+    if (i == 100) __atomic_add_fetch(&started, 1, __ATOMIC_SEQ_CST);
+    if (i == 10000)
+      while (!__atomic_load_n(&signalled, __ATOMIC_SEQ_CST)) usleep(100);
+    free(malloc(16 + (i & 255)));
+  }
   return NULL;
 }
 // storm: every version of a file the library puts in place (it renames a finished temporary
@@ -98,10 +106,13 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "threads") == 0) {
     // Four threads allocate while the records are written on a signal: the calls made during
     // the write are in this file or the next, once.
+    // The write starts once every thread has made 100 pairs (so the file holds some of theirs)
+    // and none has made its last 10,000 (so the exit file does).
     pthread_t h[4];
     for (int i = 0; i < 4; i++) pthread_create(&h[i], NULL, hammer, NULL);
-    usleep(5000);
+    while (__atomic_load_n(&started, __ATOMIC_SEQ_CST) < 4) usleep(100);
     raise(SIGRTMAX - 18);
+    __atomic_store_n(&signalled, 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < 4; i++) pthread_join(h[i], NULL);
     return 0;
   }
