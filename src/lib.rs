@@ -33,6 +33,7 @@ mod lifecycle;
 mod live_table;
 mod log;
 mod log_file;
+mod monotonic_clock;
 mod mutex;
 mod output;
 mod pages;

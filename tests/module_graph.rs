@@ -21,6 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fmt",
             "log",
             "log_file",
+            "monotonic_clock",
             "mutex",
             "output",
             "pages",

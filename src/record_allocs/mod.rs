@@ -26,7 +26,11 @@ pub fn init(state_config: &crate::config::Config<'_>) -> bool {
     if !state_config.has(bits::RECORD_ALLOCS) {
         return true;
     }
-    BUFFER.init(state_config.record_allocs_num_entries) && thread::init()
+    if !(BUFFER.init(state_config.record_allocs_num_entries) && thread::init()) {
+        return false;
+    }
+    crate::monotonic_clock::init();
+    true
 }
 
 /// Learns what the native allocator reads next to a block (present.rs), once, at initialize.
@@ -41,14 +45,9 @@ pub fn release() {
 }
 
 /// The monotonic clock in nanoseconds (entries' timestamps).
+#[inline]
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-parameter.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::monotonic_clock::now_ns()
 }
 
 /// An entry being recorded: reserved before the operation, filled after it.
@@ -111,7 +110,8 @@ impl Pending {
         let (start, end) = if done.untimed {
             (0, 0)
         } else {
-            (self.start_ns, now_ns())
+            // Two anchors' extrapolations can differ by a nanosecond or two the wrong way.
+            (self.start_ns, now_ns().max(self.start_ns))
         };
         BUFFER.fill(
             ticket,
@@ -138,6 +138,7 @@ impl Pending {
 
 /// Fork child: only the forking thread exists; entries other threads were filling never will be.
 pub fn reset_in_child() {
+    crate::monotonic_clock::reset_in_child();
     BUFFER.reset_in_child();
     writer::reset_in_child();
 }
