@@ -17,7 +17,9 @@
 //! queue's rings are). A bucket holds the blocks of one native usable size, in up to `WAYS`
 //! slots (four cache lines on 64-bit targets); a slot holds a block's address with the usable
 //! size's low bits packed below the allocator's alignment, so a taker knows the exact usable
-//! size without a native call. Puts and takes are one compare-and-swap on a slot: nothing
+//! size without a native call. A bucket is used as a stack: a per-bucket hint says where its
+//! top is, so a put or take usually touches one line of slots (`tops` below). Puts and takes
+//! are one compare-and-swap on a slot: nothing
 //! waits, so the signal-33 rule of docs/design.md holds. Each shard's bytes are bounded
 //! (`SHARD_BYTES`): a block that finds its size's slots full is given back by the caller as
 //! before, and one that finds the budget used up takes the place of older spares, which are
@@ -32,7 +34,7 @@
 //! free them far less often than small ones.
 
 use core::mem::size_of;
-use core::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU16, AtomicUsize, Ordering};
 
 /// Native blocks are aligned to at least two words (glibc, Scudo and jemalloc alike), so a
 /// block address has this many low bits free for the usable size's remainder.
@@ -79,11 +81,14 @@ struct Shard {
     bytes: AtomicUsize,
     /// Where the next eviction starts looking (a hint: races only change which spare goes).
     cursor: AtomicUsize,
-    /// Per bucket: false when a take last found it empty and no put came since, so a take
-    /// skips it without loading its slots (most buckets of a request's slack are empty). A
-    /// hint: a put racing with the take that clears it can leave a spare unseen by takes
-    /// until the next put of its size or an eviction.
-    occupied: [AtomicBool; BUCKETS],
+    /// Per bucket, a hint: one past its highest occupied slot. A bucket is used as a stack,
+    /// so a put tries the slot at the hint and a take the one below it, one cache line each
+    /// instead of a scan of the bucket's four; a take skips a bucket whose hint is 0 without
+    /// loading its slots (most buckets of a request's slack are empty). Only the shard's own
+    /// threads race on it; when a race leaves it wrong, a put or take that misses at the hint
+    /// scans the whole bucket and sets it again, so the only cost of a stale hint is a spare
+    /// unseen by takes (the hint 0 above it) until the next put of its size or an eviction.
+    tops: [AtomicU8; BUCKETS],
     buckets: [Bucket; BUCKETS],
 }
 
@@ -100,7 +105,7 @@ impl SpareBlocks {
                 Shard {
                     bytes: AtomicUsize::new(0),
                     cursor: AtomicUsize::new(0),
-                    occupied: [const { AtomicBool::new(false) }; BUCKETS],
+                    tops: [const { AtomicU8::new(0) }; BUCKETS],
                     buckets: [const { Bucket([const { AtomicUsize::new(0) }; WAYS]) }; BUCKETS],
                 }
             }; SHARDS],
@@ -124,38 +129,40 @@ impl SpareBlocks {
         let shard = self.own_shard();
         let last = (bucket + 1 + bucket / SLACK_DIVISOR).min(BUCKETS - 1);
         for b in bucket..=last {
-            if !shard.occupied[b].load(Ordering::Relaxed) {
+            let top = usize::from(shard.tops[b].load(Ordering::Relaxed));
+            if top == 0 {
                 continue;
             }
-            let mut empty = true;
-            // Last slot first: puts fill the first empty slot, so this takes the block put
-            // most recently, still in the cache from its check (the native allocators'
-            // per-thread caches are last in, first out for the same reason).
-            for slot in shard.buckets[b].0.iter().rev() {
-                let packed = slot.load(Ordering::Relaxed);
-                if packed == 0 {
-                    continue;
-                }
-                empty = false;
-                let spare = unpack(b, packed);
-                // Every block of a bucket has the same usable size with the allocators this
-                // library runs on; a smaller one is left where it is rather than handed out short.
-                if spare.usable < request {
-                    continue;
-                }
-                if slot
-                    .compare_exchange(packed, 0, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    shard.bytes.fetch_sub(spare.usable, Ordering::Relaxed);
-                    return Ok(spare);
-                }
+            if let Some(spare) = take_slot(shard, b, top - 1, request) {
+                shard.tops[b].store(top as u8 - 1, Ordering::Relaxed);
+                return Ok(spare);
             }
-            if empty {
-                shard.occupied[b].store(false, Ordering::Relaxed);
+            if let Some(spare) = self.take_scanning(shard, b, request) {
+                return Ok(spare);
             }
         }
         Err(Miss::Empty)
+    }
+
+    /// A whole bucket's slots, last first: puts fill the slot at the hint (or the lowest empty
+    /// one), so this takes the block put most recently, still in the cache from its check (the
+    /// native allocators' per-thread caches are last in, first out for the same reason). Sets
+    /// the bucket's hint.
+    #[cold]
+    fn take_scanning(&self, shard: &Shard, b: usize, request: usize) -> Option<Spare> {
+        let mut highest = None;
+        for i in (0..WAYS).rev() {
+            if shard.buckets[b].0[i].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let top = *highest.get_or_insert(i + 1);
+            if let Some(spare) = take_slot(shard, b, i, request) {
+                shard.tops[b].store(if top == i + 1 { i } else { top } as u8, Ordering::Relaxed);
+                return Some(spare);
+            }
+        }
+        shard.tops[b].store(highest.unwrap_or(0) as u8, Ordering::Relaxed);
+        None
     }
 
     /// Keeps `orig`, a native block of `usable` bytes that nothing uses any more. Whatever is
@@ -182,7 +189,9 @@ impl SpareBlocks {
         }
         let shard = self.own_shard();
         let slots = &shard.buckets[bucket].0;
-        if slots.iter().all(|s| s.load(Ordering::Relaxed) != 0) {
+        let top = usize::from(shard.tops[bucket].load(Ordering::Relaxed));
+        if top >= WAYS && slots.iter().all(|s| s.load(Ordering::Relaxed) != 0) {
+            shard.tops[bucket].store(WAYS as u8 / 2, Ordering::Relaxed);
             for slot in &slots[WAYS / 2..] {
                 let packed = slot.swap(0, Ordering::Acquire);
                 if packed != 0 {
@@ -208,17 +217,23 @@ impl SpareBlocks {
             }
         }
         let packed = orig | (usable % GRANULE);
-        for slot in slots {
-            if slot.load(Ordering::Relaxed) == 0
-                && slot
+        let place = |i: usize| {
+            slots[i].load(Ordering::Relaxed) == 0
+                && slots[i]
                     .compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed)
                     .is_ok()
-            {
-                if !shard.occupied[bucket].load(Ordering::Relaxed) {
-                    shard.occupied[bucket].store(true, Ordering::Relaxed);
-                }
-                return;
+        };
+        let top = usize::from(shard.tops[bucket].load(Ordering::Relaxed));
+        let placed = if top < WAYS && place(top) {
+            Some(top)
+        } else {
+            (0..WAYS).find(|&i| place(i))
+        };
+        if let Some(i) = placed {
+            if i >= top {
+                shard.tops[bucket].store(i as u8 + 1, Ordering::Relaxed);
             }
+            return;
         }
         shard.bytes.fetch_sub(usable, Ordering::Relaxed);
         returned.push(orig);
@@ -299,6 +314,28 @@ impl Returned {
         self.blocks[self.len] = block;
         self.len += 1;
     }
+}
+
+/// Takes slot `i` of bucket `b` if it holds a spare of at least `request` bytes.
+#[inline]
+fn take_slot(shard: &Shard, b: usize, i: usize, request: usize) -> Option<Spare> {
+    let slot = &shard.buckets[b].0[i];
+    let packed = slot.load(Ordering::Relaxed);
+    if packed == 0 {
+        return None;
+    }
+    let spare = unpack(b, packed);
+    // Every block of a bucket has the same usable size with the allocators this library runs
+    // on; a smaller one is left where it is rather than handed out short.
+    if spare.usable < request
+        || slot
+            .compare_exchange(packed, 0, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        return None;
+    }
+    shard.bytes.fetch_sub(spare.usable, Ordering::Relaxed);
+    Some(spare)
 }
 
 fn unpack(bucket: usize, packed: usize) -> Spare {

@@ -212,3 +212,49 @@ fn a_take_accepts_a_spare_up_to_an_eighth_larger_and_no_more() {
     );
     assert!(last * GRANULE <= 800 + 800 / 8 + 2 * GRANULE);
 }
+
+/// The bucket's hint only guides: a hint left too low hides spares from takes until the next
+/// put of the size, one left too high costs a scan; no spare is lost or handed out twice.
+#[test]
+fn a_wrong_hint_hides_a_spare_at_most_until_the_next_put_of_its_size() {
+    let s = spares();
+    s.learn(64, 64);
+    for i in 0..3 {
+        assert_eq!(put(&s, block(i), 64), []);
+    }
+    let bucket = 64 / GRANULE;
+    let shard = s.own_shard();
+    // Too low (a take that raced with puts).
+    shard.tops[bucket].store(0, Ordering::Relaxed);
+    assert_eq!(s.take(64), Err(Miss::Empty));
+    assert_eq!(put(&s, block(3), 64), []);
+    let mut taken = HashSet::new();
+    while let Ok(spare) = s.take(64) {
+        assert!(taken.insert(spare.orig));
+    }
+    assert_eq!(taken, (0..4).map(block).collect());
+    // Too high (slots emptied behind it): found by the scan, and the hint comes down.
+    assert_eq!(put(&s, block(4), 64), []);
+    shard.tops[bucket].store(WAYS as u8, Ordering::Relaxed);
+    assert_eq!(put(&s, block(5), 64), []);
+    let mut taken = HashSet::new();
+    while let Ok(spare) = s.take(64) {
+        assert!(taken.insert(spare.orig));
+    }
+    assert_eq!(taken, [4, 5].map(block).into());
+    assert_eq!(shard.tops[bucket].load(Ordering::Relaxed), 0);
+}
+
+/// Puts and takes of one size are last in, first out: the block checked most recently (still
+/// in the cache) is the one handed out.
+#[test]
+fn the_last_block_put_is_the_first_taken() {
+    let s = spares();
+    s.learn(64, 64);
+    for i in 0..5 {
+        assert_eq!(put(&s, block(i), 64), []);
+    }
+    for i in (0..5).rev() {
+        assert_eq!(s.take(64).map(|spare| spare.orig), Ok(block(i)));
+    }
+}
