@@ -128,16 +128,22 @@ impl SpareBlocks {
         };
         let shard = self.own_shard();
         let last = (bucket + 1 + bucket / SLACK_DIVISOR).min(BUCKETS - 1);
+        // The top of each bucket first, then whole buckets: a bucket's top block may be a
+        // little smaller than the request (Scudo's usable sizes are the requests, and a bucket
+        // spans a granule of them), when the next bucket's top fits at once.
         for b in bucket..=last {
             let top = usize::from(shard.tops[b].load(Ordering::Relaxed));
-            if top == 0 {
-                continue;
-            }
-            if let Some(spare) = take_slot(shard, b, top - 1, request) {
+            if top > 0
+                && let Some(spare) = take_slot(shard, b, top - 1, request)
+            {
                 shard.tops[b].store(top as u8 - 1, Ordering::Relaxed);
                 return Ok(spare);
             }
-            if let Some(spare) = self.take_scanning(shard, b, request) {
+        }
+        for b in bucket..=last {
+            if shard.tops[b].load(Ordering::Relaxed) > 0
+                && let Some(spare) = self.take_scanning(shard, b, request)
+            {
                 return Ok(spare);
             }
         }

@@ -258,3 +258,31 @@ fn the_last_block_put_is_the_first_taken() {
         assert_eq!(s.take(64).map(|spare| spare.orig), Ok(block(i)));
     }
 }
+
+/// A take looks at the tops of the request's buckets before scanning any: a bucket's top may be
+/// a little short of the request (Scudo), and the next bucket's top fits without a scan.
+#[test]
+fn a_take_prefers_a_fitting_top_to_a_scan() {
+    let s = spares();
+    // Scudo: the usable size is the request; 96..=111 share a bucket.
+    s.learn(100, 100);
+    for (i, usable) in [(0, 98), (1, 100), (2, 97), (3, 112)] {
+        assert_eq!(put(&s, block(i), usable), []);
+    }
+    assert_eq!(
+        s.take(100),
+        Ok(Spare {
+            orig: block(3),
+            usable: 112
+        })
+    );
+    // With no other top fitting, the scan finds the one block of the bucket that fits.
+    assert_eq!(
+        s.take(100),
+        Ok(Spare {
+            orig: block(1),
+            usable: 100
+        })
+    );
+    assert_eq!(s.take(100), Err(Miss::Empty));
+}
