@@ -6,9 +6,9 @@
  * libc's exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation
  * is left live (for leak_track). With "leaks N", N blocks of 1..N bytes are left live and fds 0-2
  * are closed before exit, as some programs (and some libcs) do before debug_finalize runs: the
- * exit-time records must still reach the log. With "record", SIGRTMAX-18 (46) is raised and the
- * program leaves through _exit without allocating: the record_allocs file must have been written
- * by the signal's handler. With "errno", see errno_test; "fork", fork_test; "fork-dlopen",
+ * exit-time records must still reach the log. With "record", 500 timed mallocs (their clock reads
+ * on stderr), then SIGRTMAX-18 (46) is raised and the program leaves through _exit without
+ * allocating: the record_allocs file must have been written by the signal's handler. With "errno", see errno_test; "fork", fork_test; "fork-dlopen",
  * fork_dlopen_test; "park" and "unwind", park_test and unwind_test; "small-stack",
  * small_stack_test; "spares", spares_test. Prototypes are declared by hand: no bionic headers here. */
 
@@ -550,6 +550,30 @@ int main(int argc, char** argv, char** envp) {
   }
 
   if (argc > 1 && strcmp(argv[1], "record") == 0) {
+    /* Timestamps against the program's own CLOCK_MONOTONIC: 20 rounds of 25 mallocs of
+     * 7000 + i bytes, each between two clock reads, 2 ms apart and after 12 ms (past the
+     * library's calibration of the CPU's counter and each anchor's reach), 20 us apart within
+     * a round (so that its later calls are timed by the counter far from their anchor, where a
+     * wrong rate shows). The reads go to stderr as "clock SIZE BEFORE AFTER" once the last
+     * block is allocated. */
+    static long before[500], after[500];
+    usleep(12000);
+    for (int r = 0; r < 20; r++) {
+      usleep(2000);
+      for (int k = 0; k < 25; k++) {
+        int i = r * 25 + k;
+        struct timespec_ t;
+        clock_gettime(1 /* CLOCK_MONOTONIC */, &t);
+        long spin_until = t.tv_sec * 1000000000L + t.tv_nsec + 20000;
+        do clock_gettime(1 /* CLOCK_MONOTONIC */, &t);
+        while (t.tv_sec * 1000000000L + t.tv_nsec < spin_until);
+        before[i] = t.tv_sec * 1000000000L + t.tv_nsec;
+        if (malloc((size_t)(7000 + i)) == 0) failures++;
+        clock_gettime(1 /* CLOCK_MONOTONIC */, &t);
+        after[i] = t.tv_sec * 1000000000L + t.tv_nsec;
+      }
+    }
+    for (int i = 0; i < 500; i++) dprintf(2, "clock %d %ld %ld\n", 7000 + i, before[i], after[i]);
     kill(getpid(), 46);
     dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
     _exit(failures == 0 ? 0 : 1);

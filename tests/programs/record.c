@@ -185,8 +185,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "clock") == 0) {
     // Timestamps against the program's own CLOCK_MONOTONIC: 40 rounds of 100 mallocs, each
     // between two clock reads, a 2 ms sleep before each round (past the library's first
-    // calibration and each anchor's reach). Sample i asks 7000 + i bytes, so the test finds its
-    // line; the reads are printed after the last sample.
+    // calibration and each anchor's reach), 5 us apart within a round (so that its later calls
+    // are timed by the counter far from their anchor, where a wrong rate shows). Sample i asks
+    // 7000 + i bytes, so the test finds its line; the reads are printed after the last sample.
     enum { ROUNDS = 40, PER_ROUND = 100 };
     static struct timespec before[ROUNDS * PER_ROUND], after[ROUNDS * PER_ROUND];
     static void* blocks[ROUNDS * PER_ROUND];
@@ -194,6 +195,11 @@ int main(int argc, char** argv) {
       usleep(2000);
       for (int k = 0; k < PER_ROUND; k++) {
         int i = r * PER_ROUND + k;
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long long spin_until = t.tv_sec * 1000000000LL + t.tv_nsec + 5000;
+        do clock_gettime(CLOCK_MONOTONIC, &t);
+        while (t.tv_sec * 1000000000LL + t.tv_nsec < spin_until);
         clock_gettime(CLOCK_MONOTONIC, &before[i]);
         blocks[i] = malloc(7000 + i);
         clock_gettime(CLOCK_MONOTONIC, &after[i]);
