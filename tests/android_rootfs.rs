@@ -16,6 +16,9 @@
 #[path = "common/skip_log.rs"]
 mod skip_log;
 use skip_log::note_skip;
+#[path = "common/record_times.rs"]
+mod record_times;
+use record_times::assert_times_within_reads;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -1022,40 +1025,9 @@ fn record_file_is_written_in_the_handler(var: &str, target: &'static str) {
             "{want:?} missing (in order) from:\n{text}"
         );
     }
-    timestamps_lie_between_the_programs_reads(&text, &String::from_utf8_lossy(&run.output.stderr));
-}
-
-/// The timed mallocs' start and end lie between the program's own CLOCK_MONOTONIC reads around
-/// them, with a microsecond of slack (docs/design.md, "The record_allocs clock": on x86_64 the
-/// library reads the CPU's counter, and under bionic too).
-fn timestamps_lie_between_the_programs_reads(records: &str, stderr: &str) {
-    let reads: std::collections::HashMap<u64, (u64, u64)> = stderr
-        .lines()
-        .filter_map(|l| l.strip_prefix("clock "))
-        .map(|rest| {
-            let f: Vec<u64> = rest.split(' ').map(|x| x.parse().unwrap()).collect();
-            (f[0], (f[1], f[2]))
-        })
-        .collect();
-    assert_eq!(reads.len(), 500, "the program's clock reads:\n{stderr}");
-    let mut checked = 0;
-    for line in records.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        if f[1] != "malloc" {
-            continue;
-        }
-        let Some(&(before, after)) = f[3].parse().ok().and_then(|size: u64| reads.get(&size))
-        else {
-            continue;
-        };
-        let (start, end): (u64, u64) = (f[4].parse().unwrap(), f[5].parse().unwrap());
-        assert!(
-            before <= start + 1_000 && start <= end && end <= after + 1_000,
-            "{line}: the program read {before} and {after}"
-        );
-        checked += 1;
-    }
-    assert_eq!(checked, 500);
+    // The timed mallocs lie between the program's own clock reads around them (x86_64: the
+    // library reads the CPU's counter there, under bionic too).
+    assert_times_within_reads(&text, &String::from_utf8_lossy(&run.output.stderr), 500);
 }
 
 #[test]

@@ -4,8 +4,11 @@
 //! entry limit, writes racing each other and the program's threads, refused targets.
 
 mod common;
+#[path = "common/record_times.rs"]
+mod record_times;
 
 use common::*;
+use record_times::assert_times_within_reads;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -601,30 +604,5 @@ fn a_refused_target_is_reported_and_its_records_kept() {
 fn timestamps_lie_between_the_programs_own_clock_reads() {
     let (file, options) = recording_on_exit("record-clock");
     let (pid, out) = run(&options, &["clock"]);
-    let mut around = std::collections::HashMap::new();
-    for line in stderr_of(&out).lines() {
-        if let Some(rest) = line.strip_prefix("clock ") {
-            let f: Vec<u64> = rest.split(' ').map(|x| x.parse().unwrap()).collect();
-            around.insert(f[0], (f[1], f[2]));
-        }
-    }
-    assert_eq!(around.len(), 4000);
-    let records = exit_records(&file, pid);
-    let mut checked = 0;
-    for line in records.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        if f[1] != "malloc" {
-            continue;
-        }
-        let Some(&(before, after)) = around.get(&f[3].parse::<u64>().unwrap()) else {
-            continue;
-        };
-        let (start, end): (u64, u64) = (f[4].parse().unwrap(), f[5].parse().unwrap());
-        assert!(
-            before <= start + 1_000 && start <= end && end <= after + 1_000,
-            "{line}: program read {before} and {after}"
-        );
-        checked += 1;
-    }
-    assert_eq!(checked, 4000);
+    assert_times_within_reads(&exit_records(&file, pid), &stderr_of(&out), 4000);
 }
