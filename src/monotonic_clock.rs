@@ -101,8 +101,18 @@ impl Anchors {
         self.max_bracket
             .store(narrowest.saturating_mul(4).max(64), Ordering::Relaxed);
         self.restarts.store(0, Ordering::Relaxed);
-        self.restart_from(first);
+        self.write_alone(|| self.restart_from(first));
         self.usable.store(true, Ordering::Release);
+    }
+
+    /// Writes under the count for a caller that knows no other writer runs (initialize, a fork
+    /// child), so that readers and later writers see the fields whole.
+    fn write_alone(&self, write: impl FnOnce()) {
+        let seq = self.seq.load(Ordering::Relaxed) | 1;
+        self.seq.store(seq, Ordering::Relaxed);
+        fence(Ordering::Release);
+        write();
+        self.seq.store(seq + 1, Ordering::Release);
     }
 
     pub fn usable(&self) -> bool {
@@ -207,9 +217,7 @@ impl Anchors {
 
     /// Fork child: a write the parent's other threads had in progress never finishes.
     pub fn reset_in_child(&self, reading: Reading) {
-        let seq = self.seq.load(Ordering::Relaxed);
-        self.seq.store((seq | 1) + 1, Ordering::Relaxed);
-        self.restart_from(reading);
+        self.write_alone(|| self.restart_from(reading));
     }
 }
 

@@ -180,3 +180,25 @@ fn the_process_clock_stays_within_a_few_microseconds_of_the_kernel() {
         ANCHORS.usable() && ANCHORS.rate.load(Ordering::Relaxed) != 0
     );
 }
+
+/// A fork child whose parent had a write in progress (the count left odd) starts calibrating
+/// again instead of asking the kernel for ever.
+#[test]
+fn a_fork_child_recalibrates_past_a_write_left_in_progress() {
+    let start = 6_000_000_000;
+    let anchors = calibrated(start);
+    anchors.seq.fetch_add(1, Ordering::Relaxed);
+    let child = start + CALIBRATE_NS + 5 * ANCHOR_NS;
+    anchors.reset_in_child(reading_at(child));
+    assert_eq!(anchors.seq.load(Ordering::Relaxed) & 1, 0);
+    assert_eq!(
+        anchors.extrapolate(tick_at(child + 10)),
+        None,
+        "calibrating"
+    );
+    anchors.refresh(reading_at(child + CALIBRATE_NS));
+    assert_eq!(
+        anchors.extrapolate(tick_at(child + CALIBRATE_NS + 500)),
+        Some(child + CALIBRATE_NS + 500)
+    );
+}
