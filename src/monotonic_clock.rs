@@ -24,7 +24,11 @@
 //!
 //! The counter is used only on x86_64, when the CPU says it is invariant (constant rate in every
 //! power state) and the kernel's current clocksource is `tsc`: the kernel keeps that only for a
-//! counter synchronised across CPUs, so a thread that moves between CPUs reads one clock.
+//! counter synchronised across CPUs, so a thread that moves between CPUs reads one clock. A
+//! process that forbids itself the counter (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, as record and
+//! replay tools do) faults in the vDSO's `clock_gettime` just the same (tried on this project's
+//! kernel), so the counter's own read asks nothing more of such a process than the kernel's
+//! clock did.
 //!
 //! Readers never wait: the anchor is published under a sequence count, and a read that meets a
 //! write in progress (its writer possibly parked by bionic's backtrace signal) asks the kernel
