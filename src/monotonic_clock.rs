@@ -142,8 +142,7 @@ impl Anchors {
         if ticks > limit {
             return None;
         }
-        // No overflow: ticks × rate ≤ limit × rate ≈ ANCHOR_NS × 2^32.
-        Some(anchor_ns + ((ticks * rate + (1 << 31)) >> 32))
+        Some(anchor_ns + ticks_to_ns(ticks, rate)?)
     }
 
     /// Takes a kernel reading made because `extrapolate` declined: it becomes the next anchor
@@ -233,6 +232,9 @@ fn tolerance(elapsed_ns: u64) -> u64 {
     1_000 + elapsed_ns / 10_000
 }
 
+/// `ticks` at `rate` (nanoseconds per tick, 32.32 fixed point), rounded to the nearest
+/// nanosecond; None past 64 bits (a gap of centuries, or a corrupt rate).
+#[inline]
 fn ticks_to_ns(ticks: u64, rate: u64) -> Option<u64> {
     u64::try_from((u128::from(ticks) * u128::from(rate) + (1 << 31)) >> 32).ok()
 }
