@@ -92,6 +92,51 @@ struct Shard {
     buckets: [Bucket; BUCKETS],
 }
 
+impl Shard {
+    /// Takes slot `i` of bucket `b` if it holds a spare of at least `request` bytes.
+    #[inline]
+    fn take_slot(&self, b: usize, i: usize, request: usize) -> Option<Spare> {
+        let slot = &self.buckets[b].0[i];
+        let packed = slot.load(Ordering::Relaxed);
+        if packed == 0 {
+            return None;
+        }
+        let spare = unpack(b, packed);
+        // Every block of a bucket has the same usable size with the allocators this library runs
+        // on; a smaller one is left where it is rather than handed out short.
+        if spare.usable < request
+            || slot
+                .compare_exchange(packed, 0, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return None;
+        }
+        self.bytes.fetch_sub(spare.usable, Ordering::Relaxed);
+        Some(spare)
+    }
+
+    /// A whole bucket's slots, last first: puts fill the slot at the hint (or the lowest empty
+    /// one), so this takes the block put most recently, still in the cache from its check (the
+    /// native allocators' per-thread caches are last in, first out for the same reason). Sets
+    /// the bucket's hint.
+    #[cold]
+    fn take_scanning(&self, b: usize, request: usize) -> Option<Spare> {
+        let mut highest = None;
+        for i in (0..WAYS).rev() {
+            if self.buckets[b].0[i].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let top = *highest.get_or_insert(i + 1);
+            if let Some(spare) = self.take_slot(b, i, request) {
+                self.tops[b].store(if top == i + 1 { i } else { top } as u8, Ordering::Relaxed);
+                return Some(spare);
+            }
+        }
+        self.tops[b].store(highest.unwrap_or(0) as u8, Ordering::Relaxed);
+        None
+    }
+}
+
 pub struct SpareBlocks {
     shards: [Shard; SHARDS],
     /// Per request class: the usable size's bucket + 1 (0: not learned).
@@ -134,7 +179,7 @@ impl SpareBlocks {
         for b in bucket..=last {
             let top = usize::from(shard.tops[b].load(Ordering::Relaxed));
             if top > 0
-                && let Some(spare) = take_slot(shard, b, top - 1, request)
+                && let Some(spare) = shard.take_slot(b, top - 1, request)
             {
                 shard.tops[b].store(top as u8 - 1, Ordering::Relaxed);
                 return Ok(spare);
@@ -142,33 +187,12 @@ impl SpareBlocks {
         }
         for b in bucket..=last {
             if shard.tops[b].load(Ordering::Relaxed) > 0
-                && let Some(spare) = self.take_scanning(shard, b, request)
+                && let Some(spare) = shard.take_scanning(b, request)
             {
                 return Ok(spare);
             }
         }
         Err(Miss::Empty)
-    }
-
-    /// A whole bucket's slots, last first: puts fill the slot at the hint (or the lowest empty
-    /// one), so this takes the block put most recently, still in the cache from its check (the
-    /// native allocators' per-thread caches are last in, first out for the same reason). Sets
-    /// the bucket's hint.
-    #[cold]
-    fn take_scanning(&self, shard: &Shard, b: usize, request: usize) -> Option<Spare> {
-        let mut highest = None;
-        for i in (0..WAYS).rev() {
-            if shard.buckets[b].0[i].load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            let top = *highest.get_or_insert(i + 1);
-            if let Some(spare) = take_slot(shard, b, i, request) {
-                shard.tops[b].store(if top == i + 1 { i } else { top } as u8, Ordering::Relaxed);
-                return Some(spare);
-            }
-        }
-        shard.tops[b].store(highest.unwrap_or(0) as u8, Ordering::Relaxed);
-        None
     }
 
     /// Keeps `orig`, a native block of `usable` bytes that nothing uses any more. Whatever is
@@ -320,28 +344,6 @@ impl Returned {
         self.blocks[self.len] = block;
         self.len += 1;
     }
-}
-
-/// Takes slot `i` of bucket `b` if it holds a spare of at least `request` bytes.
-#[inline]
-fn take_slot(shard: &Shard, b: usize, i: usize, request: usize) -> Option<Spare> {
-    let slot = &shard.buckets[b].0[i];
-    let packed = slot.load(Ordering::Relaxed);
-    if packed == 0 {
-        return None;
-    }
-    let spare = unpack(b, packed);
-    // Every block of a bucket has the same usable size with the allocators this library runs
-    // on; a smaller one is left where it is rather than handed out short.
-    if spare.usable < request
-        || slot
-            .compare_exchange(packed, 0, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-    {
-        return None;
-    }
-    shard.bytes.fetch_sub(spare.usable, Ordering::Relaxed);
-    Some(spare)
 }
 
 fn unpack(bucket: usize, packed: usize) -> Spare {
