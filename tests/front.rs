@@ -238,6 +238,128 @@ fn reallocarray_goes_through_the_library() {
     );
 }
 
+fn sized_free() -> PathBuf {
+    compile_c(
+        "sized_free",
+        programs_dir().join("sized_free.c"),
+        &["-O1", "-g"],
+    )
+}
+
+/// Runs tests/programs/sized_free.c under the front with glibc 2.43's sized frees behind it
+/// (tests/programs/glibc243_frees.c, preloaded after the front): the program binds to the
+/// front's names when it defines them, and to glibc's otherwise, as on a glibc 2.43 system.
+fn run_sized_free(mode: &str, options: &str) -> Output {
+    let glibc_frees = compile_c(
+        "libglibc243_frees.so",
+        programs_dir().join("glibc243_frees.c"),
+        &["-shared", "-fPIC"],
+    );
+    let preload = format!("{}:{}", front_path().display(), glibc_frees.display());
+    run_under_front(
+        sized_free(),
+        &[mode],
+        Some(options),
+        &[("LD_PRELOAD", &preload)],
+    )
+}
+
+/// The frame lines of a report reduced to `<file name> (<function>)`.
+fn frames_of(messages: &[String]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| m.trim_start().strip_prefix('#'))
+        .map(|frame| {
+            let f: Vec<&str> = frame.split_whitespace().collect();
+            let file = f.get(3).map_or("", |p| p.rsplit('/').next().unwrap());
+            let func = f
+                .get(4)
+                .map_or("", |s| s.trim_start_matches('(').split('+').next().unwrap());
+            format!("{file} ({func})")
+        })
+        .collect()
+}
+
+/// C23's `free_sized` and `free_aligned_sized` (glibc 2.43) and glibc's old `cfree` are the
+/// library's free: under `guard` a block with a header freed by glibc would abort ("free():
+/// invalid pointer"), and under `leak_track` the blocks would be reported as leaks. Only the
+/// block the program keeps is.
+#[test]
+fn sized_frees_and_cfree_go_through_the_library() {
+    let out = run_sized_free("clean", "guard leak_track");
+    assert_exit_code(&out, 0);
+    let stdout = stdout_of(&out);
+    let pointer = stdout
+        .strip_prefix("leaked=")
+        .and_then(|s| s.strip_suffix("\ndone\n"))
+        .unwrap_or_else(|| panic!("unexpected output: {stdout}"));
+    assert_log(
+        &out,
+        &[(
+            "malloc_debug",
+            'E',
+            &format!("+++ sized_free leaked block of size 40 at {pointer} (leak 1 of 1)"),
+        )],
+    );
+}
+
+/// A damaged block freed with `free_sized` is reported as at free, from the front's
+/// `free_sized` and the program's function.
+#[test]
+fn free_sized_checks_the_guards() {
+    let out = run_sized_free("overflow", "guard");
+    assert_exit_code(&out, 0);
+    assert_eq!(stdout_of(&out), "done\n");
+    let messages = malloc_debug_messages(&out);
+    let report = messages
+        .iter()
+        .find(|m| m.contains("HAS A CORRUPTED REAR GUARD"))
+        .unwrap_or_else(|| panic!("no report: {messages:#?}"));
+    assert!(
+        report.starts_with("+++ ALLOCATION 0x")
+            && report.ends_with(" SIZE 12 HAS A CORRUPTED REAR GUARD"),
+        "{report}"
+    );
+    assert!(messages.contains(&"  allocation[12] = 0x01 (expected 0xbb)".to_string()));
+    let frames = frames_of(&messages);
+    assert_eq!(
+        frames[..2],
+        [
+            "libmalloc_debug_front.so (free_sized)",
+            "sized_free (overflow)"
+        ],
+        "{messages:#?}"
+    );
+}
+
+/// A second `free_aligned_sized` of a block free_track holds is reported with the backtrace of
+/// the first (without a header, the reference's `UNKNOWN POINTER`, docs/spec/errors.md): both
+/// frees reached the library.
+#[test]
+fn free_aligned_sized_twice_is_a_double_free() {
+    let out = run_sized_free("double", "free_track");
+    assert_exit_code(&out, 0);
+    let messages = malloc_debug_messages(&out);
+    assert!(
+        messages[1].starts_with("+++ ALLOCATION 0x")
+            && messages[1].ends_with(" UNKNOWN POINTER (free)"),
+        "{messages:#?}"
+    );
+    assert_eq!(messages[2], "Backtrace of original free:", "{messages:#?}");
+    let frames = frames_of(&messages);
+    let both = [
+        "libmalloc_debug_front.so (free_aligned_sized)",
+        "sized_free (double_free)",
+        "sized_free (main)",
+    ];
+    assert_eq!(frames[..3], both, "{messages:#?}");
+    let failure = messages
+        .iter()
+        .position(|m| m == "Backtrace at time of failure:")
+        .expect("failure backtrace");
+    assert_eq!(frames_of(&messages[failure..])[..3], both, "{messages:#?}");
+}
+
 #[test]
 fn library_without_a_control_function_is_rejected() {
     assert_fake_library_refused(

@@ -33,7 +33,9 @@ EXPORT void* malloc(size_t size) {
   return early_malloc(size);
 }
 
-EXPORT void free(void* pointer) {
+/* Inlined into every exported free, so that a backtrace taken in the library shows one frame of
+ * the front: the entry point the program called. */
+static inline __attribute__((always_inline)) void free_through_table(void* pointer) {
   if (UNLIKELY(in_arena(pointer))) return; /* arena blocks are never reused */
   const MallocDispatch17* t = table();
   if (LIKELY(t != NULL)) {
@@ -42,6 +44,28 @@ EXPORT void free(void* pointer) {
     __libc_free(pointer); /* cannot happen: no non-arena pointer exists before the table */
   }
 }
+
+EXPORT void free(void* pointer) { free_through_table(pointer); }
+
+/* C23's sized frees, in glibc since 2.43 (GLib calls them when it was built against such a
+ * glibc). glibc's own would take our blocks behind the library's back: a block with a header
+ * does not start a glibc chunk (glibc aborts with "free(): invalid pointer"), and one without
+ * stays in the live table while glibc reuses its memory. The size and alignment only promise
+ * what the block is; free() is what they mean (docs/spec/abi.md#the-glibc-front). */
+EXPORT void free_sized(void* pointer, size_t size) {
+  (void)size;
+  free_through_table(pointer);
+}
+
+EXPORT void free_aligned_sized(void* pointer, size_t alignment, size_t size) {
+  (void)alignment;
+  (void)size;
+  free_through_table(pointer);
+}
+
+/* glibc's obsolete cfree: gone from its headers since 2.26, but binaries linked before still
+ * call the compatibility symbol, which is glibc's free. */
+EXPORT void cfree(void* pointer) { free_through_table(pointer); }
 
 EXPORT void* calloc(size_t nmemb, size_t size) {
   const MallocDispatch17* t = table();
