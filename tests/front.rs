@@ -601,7 +601,7 @@ fn leak_api_with_library_but_no_backtrace_option() {
 
 #[test]
 fn malloc_family_semantics_through_the_front() {
-    for options in [None, Some("verbose")] {
+    for options in [None, Some("verbose"), Some("guard")] {
         let out = run_under_front(probe(), &["api"], options, &[]);
         assert_exit_code(&out, 0);
         assert_eq!(stdout_of(&out), "api ok\n", "options {options:?}");

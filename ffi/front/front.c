@@ -125,9 +125,17 @@ EXPORT int posix_memalign(void** memptr, size_t alignment, size_t size) {
   return 0;
 }
 
+/* glibc's contract, not bionic's: C17 dropped the rule that the size be a multiple of the
+ * alignment, glibc never enforced it, and glibc programs rely on that. The library's
+ * aligned_alloc keeps the reference's EINVAL for such sizes (bionic's own aligned_alloc gives
+ * it too), so they go to its memalign, which records and checks the block all the same. */
 EXPORT void* aligned_alloc(size_t alignment, size_t size) {
   const MallocDispatch17* t = table();
-  if (LIKELY(t != NULL)) return t->aligned_alloc(alignment, size);
+  if (LIKELY(t != NULL)) {
+    bool power_of_two = alignment != 0 && (alignment & (alignment - 1)) == 0;
+    if (power_of_two && size % alignment != 0) return t->memalign(alignment, size);
+    return t->aligned_alloc(alignment, size);
+  }
   return early_memalign(alignment, size);
 }
 

@@ -192,6 +192,11 @@ static int api(void) {
   void* p = aligned_alloc(256, 512);
   CHECK(p != NULL && ((uintptr_t)p & 255) == 0);
   free(p);
+  // glibc's contract (C17): the size need not be a multiple of the alignment.
+  p = aligned_alloc(64, 100);
+  CHECK(p != NULL && ((uintptr_t)p & 63) == 0);
+  memset(p, 2, 100);
+  free(p);
   p = memalign(4096, 10);
   CHECK(p != NULL && ((uintptr_t)p & 4095) == 0);
   free(p);
