@@ -360,6 +360,40 @@ fn free_aligned_sized_twice_is_a_double_free() {
     assert_eq!(frames_of(&messages[failure..])[..3], both, "{messages:#?}");
 }
 
+/// A program whose executable defines malloc binds to its own allocator before the front; the
+/// front then hands the names the program leaves out (reallocarray, free_sized) to that
+/// allocator, does not load malloc debug, and says why when options ask for it. The program
+/// runs as it does alone: its allocator aborts on a block that is not its own.
+#[test]
+fn a_program_with_its_own_allocator_runs_unchanged() {
+    let program = compile_c(
+        "own_allocator",
+        programs_dir().join("own_allocator.c"),
+        &["-O1"],
+    );
+    let alone = run_plain(&program, &[]);
+    assert_exit_code(&alone, 0);
+    for options in [None, Some("guard leak_track backtrace")] {
+        let out = run_under_front(&program, &[], options, &[]);
+        assert_exit_code(&out, 0);
+        assert_eq!(stdout_of(&out), stdout_of(&alone), "options {options:?}");
+        let expected: Vec<String> = match options {
+            None => vec![],
+            Some(_) => vec![format!(
+                "own_allocator: malloc debug not enabled: {} defines malloc, so the process's \
+                 allocations never reach malloc debug",
+                program.display()
+            )],
+        };
+        assert_eq!(libc_messages(&out), expected, "{}", stderr_of(&out));
+        assert!(
+            malloc_debug_messages(&out).is_empty(),
+            "{}",
+            stderr_of(&out)
+        );
+    }
+}
+
 #[test]
 fn library_without_a_control_function_is_rejected() {
     assert_fake_library_refused(

@@ -172,12 +172,48 @@ static const MallocDispatch17* install_debug(const char* options) {
   return &g_debug;
 }
 
+/* The file of the object whose malloc the process binds to, when that is not this front: an
+ * executable with an allocator of its own (a statically linked jemalloc, mimalloc or
+ * PartitionAlloc), or one preloaded before the front, comes first in symbol lookup. NULL when
+ * the front's malloc is the process's. */
+static const char* foreign_allocator(void) {
+  void* bound = dlsym(RTLD_DEFAULT, "malloc");
+  Dl_info bound_info, own_info;
+  if (bound == NULL || dladdr(bound, &bound_info) == 0 ||
+      dladdr((void*)&foreign_allocator, &own_info) == 0 ||
+      bound_info.dli_fbase == own_info.dli_fbase) {
+    return NULL;
+  }
+  return bound_info.dli_fname != NULL && bound_info.dli_fname[0] != '\0' ? bound_info.dli_fname
+                                                                          : progname();
+}
+
+/* A process with its own allocator never calls the front's malloc, free, calloc or realloc,
+ * only the names its allocator leaves out (reallocarray, the sized frees, ...). Those must act
+ * on its blocks as glibc's would: the native table takes the process's four (the others stay
+ * glibc's, as without the front), and malloc debug, which would see none of the process's
+ * allocations, is not loaded (docs/spec/abi.md#the-glibc-front). */
+static void use_foreign_allocator(const char* object, const char* options) {
+  g_native.malloc = (MallocMalloc)dlsym(RTLD_DEFAULT, "malloc");
+  g_native.free = (MallocFree)dlsym(RTLD_DEFAULT, "free");
+  g_native.calloc = (MallocCalloc)dlsym(RTLD_DEFAULT, "calloc");
+  g_native.realloc = (MallocRealloc)dlsym(RTLD_DEFAULT, "realloc");
+  if (options != NULL) {
+    libc_error_log("%s: malloc debug not enabled: %s defines malloc, so the process's "
+                   "allocations never reach malloc debug",
+                   progname(), object);
+  }
+}
+
 static void bootstrap(void) {
   int saved_errno = errno;
   fill_native_dispatch();
   const MallocDispatch17* table = &g_native;
   const char* options = debug_options();
-  if (options != NULL) {
+  const char* foreign = foreign_allocator();
+  if (foreign != NULL) {
+    use_foreign_allocator(foreign, options);
+  } else if (options != NULL) {
     const MallocDispatch17* debug = install_debug(options);
     if (debug != NULL) table = debug;
   }
