@@ -22,6 +22,7 @@ mod records;
 mod report;
 mod run;
 mod run_gate;
+mod run_preflight;
 mod symbolize;
 
 use std::process::ExitCode;

@@ -270,6 +270,9 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
             None
         }
     };
+    for warning in crate::run_preflight::warnings(&args.command[0]) {
+        eprintln!("malloc-debug: warning: {warning}");
+    }
     let mut command = Command::new(&args.command[0]);
     command.args(&args.command[1..]);
     let all_options = crate::run_gate::merge(Some(&options), &extras).unwrap_or(options);

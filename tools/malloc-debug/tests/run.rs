@@ -2,6 +2,8 @@
 
 mod common;
 use common::*;
+use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn runs_under_the_front_and_passes_the_exit_status() {
@@ -379,4 +381,37 @@ fn run_reports_the_leaks_of_a_thread_with_a_small_stack() {
         })
         .count();
     assert_eq!(annotated, 50, "{log}");
+}
+
+/// A statically linked program never loads the front: `run` says so before it starts it (a run
+/// that prints nothing would pass for a clean one), then runs it with its exit status. A
+/// dynamic one gets no such line (the exact stderr of the other tests).
+#[test]
+fn run_warns_that_a_static_program_is_not_checked() {
+    let dir = tmp_dir("static-leaky");
+    let program = dir.join("leaky-static");
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O1", "-static", "-o"])
+        .arg(&program)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/leaky.c"))
+        .status()
+        .expect("run cc");
+    assert!(
+        status.success(),
+        "cc -static failed (libc.a is in libc6-dev)"
+    );
+    let out = cli()
+        .args(["run", "--options", "leak_track", "--"])
+        .arg(&program)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "malloc-debug: warning: {p} is statically linked: no dynamic loader preloads the \
+             front into it, so malloc debug will not run in {p}\n",
+            p = program.display()
+        )
+    );
 }
