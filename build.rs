@@ -48,20 +48,32 @@ fn main() {
     ];
     // rustc's own version script marks every `#[no_mangle]` item of the dependency graph global,
     // including the unwinder's `_Unwind_*` (LTO merges it into one object, so --exclude-libs
-    // cannot see it). Naming them `local` exactly outranks that list; a wildcard would not.
-    let out_dir = std::path::PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
-    let map = out_dir.join("hide-unwinder.map");
-    let mut script = String::from("{\n  local:\n");
-    for name in UNWINDER_EXPORTS {
-        script.push_str(&format!("    {name};\n"));
-    }
-    script.push_str("};\n");
-    std::fs::write(&map, script).expect("write hide-unwinder.map");
-    let version_script = format!("--version-script={}", map.display());
+    // cannot see it). On Android, where lld links, a second script naming them `local` exactly
+    // outranks that list (a wildcard would not), so the library exports its ABI and nothing
+    // else. GNU ld, which links glibc targets other than x86_64's, refuses a second anonymous
+    // script ("anonymous version tag cannot be combined with other version tags"). There the
+    // library is only ever opened RTLD_LOCAL by the glibc front, so exported unwinder names
+    // interpose nothing, and -Bsymbolic-functions binds the library's own calls to its own
+    // unwinder rather than to a libgcc_s the process has loaded.
+    let target = env::var("TARGET").unwrap_or_default();
+    let glibc = target.contains("-linux-gnu");
+    let own_unwinder = if glibc {
+        "-Bsymbolic-functions".to_string()
+    } else {
+        let out_dir = std::path::PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
+        let map = out_dir.join("hide-unwinder.map");
+        let mut script = String::from("{\n  local:\n");
+        for name in UNWINDER_EXPORTS {
+            script.push_str(&format!("    {name};\n"));
+        }
+        script.push_str("};\n");
+        std::fs::write(&map, script).expect("write hide-unwinder.map");
+        format!("--version-script={}", map.display())
+    };
     let link_args: Vec<&str> = link_args
         .iter()
         .copied()
-        .chain([version_script.as_str()])
+        .chain([own_unwinder.as_str()])
         .collect();
     for arg in &link_args {
         if raw_lld {
