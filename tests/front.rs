@@ -394,6 +394,56 @@ fn a_program_with_its_own_allocator_runs_unchanged() {
     }
 }
 
+/// An allocator in the executable that calls "the next malloc" reaches the front's malloc, which
+/// then acts as glibc's (were it the process's, each call would recurse until the stack runs
+/// out); the names it leaves out go back through it.
+#[test]
+fn an_allocator_that_wraps_the_next_malloc_runs_unchanged() {
+    let program = compile_c(
+        "next_malloc",
+        programs_dir().join("next_malloc.c"),
+        &["-O1", "-ldl"],
+    );
+    for options in [None, Some("guard leak_track")] {
+        let out = run_under_front(&program, &[], options, &[]);
+        assert_exit_code(&out, 0);
+        assert_eq!(stdout_of(&out), "ok\n", "{}", stderr_of(&out));
+        assert_eq!(
+            libc_messages(&out).len(),
+            usize::from(options.is_some()),
+            "{}",
+            stderr_of(&out)
+        );
+    }
+}
+
+/// A non-PIE executable that takes malloc's address has an undefined malloc whose value is its
+/// PLT entry, and dlsym returns that entry; the process's malloc is still the front's, so malloc
+/// debug runs (node is such a program: it crashed when the entry was taken for an allocator).
+#[test]
+fn a_non_pie_program_that_takes_malloc_address_is_checked() {
+    let program = compile_c(
+        "malloc_address",
+        programs_dir().join("malloc_address.c"),
+        &["-O1", "-no-pie", "-fno-pie"],
+    );
+    let out = run_under_front(&program, &[], Some("leak_track"), &[]);
+    assert_exit_code(&out, 0);
+    let stdout = stdout_of(&out);
+    let pointer = stdout
+        .strip_prefix("leaked=")
+        .and_then(|s| s.strip_suffix('\n'))
+        .unwrap_or_else(|| panic!("unexpected output: {stdout}"));
+    assert_log(
+        &out,
+        &[(
+            "malloc_debug",
+            'E',
+            &format!("+++ malloc_address leaked block of size 48 at {pointer} (leak 1 of 1)"),
+        )],
+    );
+}
+
 #[test]
 fn library_without_a_control_function_is_rejected() {
     assert_fake_library_refused(

@@ -175,11 +175,17 @@ static const MallocDispatch17* install_debug(const char* options) {
 /* The file of the object whose malloc the process binds to, when that is not this front: an
  * executable with an allocator of its own (a statically linked jemalloc, mimalloc or
  * PartitionAlloc), or one preloaded before the front, comes first in symbol lookup. NULL when
- * the front's malloc is the process's. */
+ * the front's malloc is the process's.
+ *
+ * The symbol found must be a definition. A non-PIE executable that takes malloc's address has
+ * an undefined malloc whose value is its PLT entry (the address the whole process uses for
+ * malloc), and dlsym returns that entry, which leads to the front's malloc all the same. */
 static const char* foreign_allocator(void) {
   void* bound = dlsym(RTLD_DEFAULT, "malloc");
   Dl_info bound_info, own_info;
-  if (bound == NULL || dladdr(bound, &bound_info) == 0 ||
+  const ElfW(Sym)* symbol = NULL;
+  if (bound == NULL || dladdr1(bound, &bound_info, (void**)&symbol, RTLD_DL_SYMENT) == 0 ||
+      symbol == NULL || symbol->st_shndx == SHN_UNDEF ||
       dladdr((void*)&foreign_allocator, &own_info) == 0 ||
       bound_info.dli_fbase == own_info.dli_fbase) {
     return NULL;
@@ -188,16 +194,29 @@ static const char* foreign_allocator(void) {
                                                                           : progname();
 }
 
-/* A process with its own allocator never calls the front's malloc, free, calloc or realloc,
- * only the names its allocator leaves out (reallocarray, the sized frees, ...). Those must act
- * on its blocks as glibc's would: the native table takes the process's four (the others stay
- * glibc's, as without the front), and malloc debug, which would see none of the process's
- * allocations, is not loaded (docs/spec/abi.md#the-glibc-front). */
+/* The process's realloc and free, when its allocator is not the front's (NULL otherwise). */
+static MallocRealloc g_process_realloc;
+MallocFree g_process_free;
+
+static void* process_reallocarray(void* pointer, size_t nmemb, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(nmemb, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return g_process_realloc(pointer, total);
+}
+
+/* A process with its own allocator calls the front only for the names that allocator leaves
+ * out (reallocarray, the sized frees, cfree, ...), and those must act on its blocks: they go to
+ * the process's realloc and free. The front's own malloc, free, calloc and realloc stay glibc's,
+ * as without the front, since only an allocator that wraps "the next malloc" (dlsym RTLD_NEXT)
+ * calls them. Malloc debug, which would see none of the process's allocations, is not loaded
+ * (docs/spec/abi.md#the-glibc-front). */
 static void use_foreign_allocator(const char* object, const char* options) {
-  g_native.malloc = (MallocMalloc)dlsym(RTLD_DEFAULT, "malloc");
-  g_native.free = (MallocFree)dlsym(RTLD_DEFAULT, "free");
-  g_native.calloc = (MallocCalloc)dlsym(RTLD_DEFAULT, "calloc");
-  g_native.realloc = (MallocRealloc)dlsym(RTLD_DEFAULT, "realloc");
+  g_process_realloc = (MallocRealloc)dlsym(RTLD_DEFAULT, "realloc");
+  g_process_free = (MallocFree)dlsym(RTLD_DEFAULT, "free");
+  if (g_process_realloc != NULL) g_native.reallocarray = process_reallocarray;
   if (options != NULL) {
     libc_error_log("%s: malloc debug not enabled: %s defines malloc, so the process's "
                    "allocations never reach malloc debug",

@@ -47,6 +47,18 @@ static inline __attribute__((always_inline)) void free_through_table(void* point
 
 EXPORT void free(void* pointer) { free_through_table(pointer); }
 
+/* The frees a program calls by names its own allocator may leave out. When the process's malloc
+ * is not the front's, its blocks go back to its own free (g_process_free, set before the table
+ * is published); the front's free itself stays glibc's, for an allocator that wraps "the next
+ * malloc" and so calls it. */
+static inline __attribute__((always_inline)) void free_for_program(void* pointer) {
+  if (LIKELY(table() != NULL) && UNLIKELY(g_process_free != NULL)) {
+    g_process_free(pointer);
+    return;
+  }
+  free_through_table(pointer);
+}
+
 /* C23's sized frees, in glibc since 2.43 (GLib calls them when it was built against such a
  * glibc). glibc's own would take our blocks behind the library's back: a block with a header
  * does not start a glibc chunk (glibc aborts with "free(): invalid pointer"), and one without
@@ -54,18 +66,18 @@ EXPORT void free(void* pointer) { free_through_table(pointer); }
  * what the block is; free() is what they mean (docs/spec/abi.md#the-glibc-front). */
 EXPORT void free_sized(void* pointer, size_t size) {
   (void)size;
-  free_through_table(pointer);
+  free_for_program(pointer);
 }
 
 EXPORT void free_aligned_sized(void* pointer, size_t alignment, size_t size) {
   (void)alignment;
   (void)size;
-  free_through_table(pointer);
+  free_for_program(pointer);
 }
 
 /* glibc's obsolete cfree: gone from its headers since 2.26, but binaries linked before still
  * call the compatibility symbol, which is glibc's free. */
-EXPORT void cfree(void* pointer) { free_through_table(pointer); }
+EXPORT void cfree(void* pointer) { free_for_program(pointer); }
 
 EXPORT void* calloc(size_t nmemb, size_t size) {
   const MallocDispatch17* t = table();

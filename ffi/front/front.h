@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <malloc.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -114,6 +115,10 @@ extern bool g_zygote_child;
 enum { STATE_UNINIT, STATE_INITIALIZING, STATE_READY };
 extern int g_state;        /* atomic */
 extern long g_init_tid;    /* the bootstrapping thread, valid while STATE_INITIALIZING */
+
+/* The process's own free when its executable (or an earlier preload) defines malloc; NULL when
+ * the front's malloc is the process's. */
+extern MallocFree g_process_free;
 
 const MallocDispatch17* table_slow(void);
 const MallocDispatch17* wait_for_table(void);
