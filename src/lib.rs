@@ -35,6 +35,7 @@ mod log;
 mod log_file;
 mod monotonic_clock;
 mod mutex;
+mod original_stderr;
 mod output;
 mod pages;
 mod plan;

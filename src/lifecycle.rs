@@ -59,6 +59,8 @@ pub unsafe fn initialize(
         // Bionic initialises once per process; a second call cannot replace live state.
         return false;
     }
+    // Before anything is logged: which file the host log may write to (src/original_stderr.rs).
+    crate::original_stderr::remember();
     // From here on every `return false` undoes what was done (in reverse), through `undo`.
     let mut undo = Rollback::new();
     undo.did(Undo::Phase);

@@ -45,7 +45,7 @@ pub fn open(path: &'static [u8]) {
                 crate::errors::strerror(errno)
             ),
         );
-        crate::platform::write_stderr(msg.as_bytes());
+        crate::original_stderr::write(msg.as_bytes());
     }
 }
 
@@ -61,11 +61,12 @@ pub fn close() {
     }
 }
 
-/// The log sink's host output: to the log file when one is open, else to stderr.
+/// The log sink's host output: to the log file when one is open, else to the standard error
+/// the process started with (src/original_stderr.rs).
 pub fn write_or_stderr(bytes: &[u8]) {
     let fd = FD.load(Ordering::Acquire);
     if fd == NONE {
-        crate::platform::write_stderr(bytes);
+        crate::original_stderr::write(bytes);
         return;
     }
     // Logging happens inside the program's calls, which must leave errno alone.
@@ -77,29 +78,13 @@ pub fn write_or_stderr(bytes: &[u8]) {
         }
         // Gone and cannot be opened again (deleted directory, no descriptors left): stderr is
         // better than losing a report.
-        None => crate::platform::write_stderr(bytes),
+        None => crate::original_stderr::write(bytes),
     }
     crate::platform::set_errno(errno);
 }
 
-/// The (device, inode) of descriptor `fd`, if it is open.
-pub fn stat_of(fd: i32) -> Option<(u64, u64)> {
-    let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: fstat writes a whole `stat` into `st` on success.
-    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: initialised by the successful fstat.
-    let st = unsafe { st.assume_init() };
-    #[allow(
-        clippy::unnecessary_cast,
-        reason = "dev_t and ino_t are not u64 on every target"
-    )]
-    Some((st.st_dev as u64, st.st_ino as u64))
-}
-
 fn is_ours(fd: i32) -> bool {
-    stat_of(fd) == Some((DEV.load(Ordering::Relaxed), INO.load(Ordering::Relaxed)))
+    crate::platform::stat_of(fd) == Some((DEV.load(Ordering::Relaxed), INO.load(Ordering::Relaxed)))
 }
 
 /// Opens the path (again) at a descriptor >= 3 and publishes it. The errno of a failure is left
@@ -138,7 +123,7 @@ fn reopen() -> Option<i32> {
     } else {
         first
     };
-    let (dev, ino) = stat_of(fd)?;
+    let (dev, ino) = crate::platform::stat_of(fd)?;
     DEV.store(dev, Ordering::Relaxed);
     INO.store(ino, Ordering::Relaxed);
     // The old descriptor is never closed: either the program owns that number now, or another

@@ -94,6 +94,22 @@ pub fn write_stderr(bytes: &[u8]) {
     write_fd(2, bytes);
 }
 
+/// The (device, inode) of descriptor `fd`, if it is open.
+pub fn stat_of(fd: c_int) -> Option<(u64, u64)> {
+    let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes a whole `stat` into `st` on success.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: initialised by the successful fstat.
+    let st = unsafe { st.assume_init() };
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "dev_t and ino_t are not u64 on every target"
+    )]
+    Some((st.st_dev as u64, st.st_ino as u64))
+}
+
 pub fn write_fd(fd: c_int, mut bytes: &[u8]) -> bool {
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a valid readable slice for its length.

@@ -444,6 +444,70 @@ fn a_non_pie_program_that_takes_malloc_address_is_checked() {
     );
 }
 
+fn stderr_reuse() -> PathBuf {
+    compile_c(
+        "stderr_reuse",
+        programs_dir().join("stderr_reuse.c"),
+        &["-O1"],
+    )
+}
+
+/// Runs stderr_reuse under leak_track with its standard error in a file; returns the run and
+/// what that file holds.
+fn run_stderr_reuse(args: &[&str], name: &str) -> (Output, String) {
+    let dir = std::env::temp_dir().join(format!("md-stderr-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stderr_file = dir.join("stderr.txt");
+    let mut cmd = front_command(stderr_reuse(), args, Some("leak_track"), &[]);
+    cmd.stderr(std::fs::File::create(&stderr_file).unwrap());
+    let out = cmd.output().expect("run stderr_reuse");
+    let log = std::fs::read_to_string(&stderr_file).unwrap();
+    (out, log)
+}
+
+/// A program that closes descriptor 2 and opens a file of its own, which gets number 2: the
+/// exit leak report goes to the standard error the process started with, never into that file
+/// (it used to be appended to the program's data).
+#[test]
+fn the_log_never_goes_into_a_file_that_took_descriptor_2() {
+    let dir = std::env::temp_dir().join(format!("md-stderr-data-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = dir.join("data.txt");
+    let (out, log) = run_stderr_reuse(&["reuse", data.to_str().unwrap()], "reuse");
+    assert_exit_code(&out, 0);
+    assert_eq!(
+        std::fs::read_to_string(&data).unwrap(),
+        "the program's own data\n"
+    );
+    let messages: Vec<String> = log_lines(log.as_bytes())
+        .into_iter()
+        .map(|l| l.msg)
+        .collect();
+    assert_eq!(messages.len(), 1, "{log}");
+    assert!(
+        messages[0].starts_with("+++ stderr_reuse leaked block of size 100 at 0x")
+            && messages[0].ends_with(" (leak 1 of 1)"),
+        "{log}"
+    );
+}
+
+/// A program that closes stderr in an exit handler of its own (coreutils do) still gets its
+/// exit report, through its standard error's path opened again.
+#[test]
+fn the_exit_report_reaches_a_stderr_the_program_closed() {
+    let (out, log) = run_stderr_reuse(&["atexit"], "atexit");
+    assert_exit_code(&out, 0);
+    let messages: Vec<String> = log_lines(log.as_bytes())
+        .into_iter()
+        .map(|l| l.msg)
+        .collect();
+    assert_eq!(messages.len(), 1, "{log}");
+    assert!(
+        messages[0].starts_with("+++ stderr_reuse leaked block of size 200 at 0x"),
+        "{log}"
+    );
+}
+
 #[test]
 fn library_without_a_control_function_is_rejected() {
     assert_fake_library_refused(

@@ -163,10 +163,10 @@ impl Annotator {
         if self.fd == NOT_CONNECTED {
             self.fd = connect().unwrap_or(OFF);
             self.pid = pid;
-            self.identity = crate::log_file::stat_of(self.fd).unwrap_or((0, 0));
+            self.identity = crate::platform::stat_of(self.fd).unwrap_or((0, 0));
             return self.fd >= 0;
         }
-        if self.fd >= 0 && crate::log_file::stat_of(self.fd) != Some(self.identity) {
+        if self.fd >= 0 && crate::platform::stat_of(self.fd) != Some(self.identity) {
             // Not our socket any more: the number belongs to the program now, left alone.
             self.fd = OFF;
         }
