@@ -41,13 +41,13 @@ fn append(path: &[u8], what: core::fmt::Arguments<'_>) {
     c_path.push_bytes(path);
     let errno = crate::platform::errno();
     // SAFETY: a NUL-terminated path on our stack.
-    let fd = unsafe {
+    let fd = crate::platform::above_stdio(unsafe {
         libc::open(
             c_path.as_c_str(),
             libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
             0o644,
         )
-    };
+    });
     if fd >= 0 {
         crate::platform::write_fd(fd, line.as_bytes());
         // SAFETY: our descriptor.

@@ -201,7 +201,9 @@ impl OutputFile {
         let flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
         // SAFETY: our directory descriptor, a NUL-terminated name, the mode as the variadic
         // argument.
-        let fd = unsafe { libc::openat(self.dir, c".".as_ptr(), flags, mode as libc::c_uint) };
+        let fd = platform::above_stdio(unsafe {
+            libc::openat(self.dir, c".".as_ptr(), flags, mode as libc::c_uint)
+        });
         if fd < 0 {
             return Err(platform::errno());
         }
@@ -260,7 +262,11 @@ impl OutputFile {
         if errno != 0 {
             return Err(errno);
         }
-        self.fd = fd;
+        // A failure leaves the named file for `Drop` to remove.
+        self.fd = platform::above_stdio(fd);
+        if self.fd < 0 {
+            return Err(platform::errno());
+        }
         Ok(())
     }
 

@@ -110,6 +110,22 @@ pub fn stat_of(fd: c_int) -> Option<(u64, u64)> {
     Some((st.st_dev as u64, st.st_ino as u64))
 }
 
+/// `fd` itself, or, when it took descriptor 0, 1 or 2, a duplicate above them (and `fd`
+/// closed): a file the library writes must not be where the program's standard streams write
+/// meanwhile, as they would into it in a program that closed them. -1, errno set, on failure.
+pub fn above_stdio(fd: c_int) -> c_int {
+    if !(0..3).contains(&fd) {
+        return fd;
+    }
+    // SAFETY: duplicates the caller's descriptor above 2.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    let errno = errno();
+    // SAFETY: the caller's descriptor, handed over to this function.
+    unsafe { libc::close(fd) };
+    set_errno(errno);
+    high
+}
+
 pub fn write_fd(fd: c_int, mut bytes: &[u8]) -> bool {
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a valid readable slice for its length.

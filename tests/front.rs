@@ -3,10 +3,13 @@
 //! arena, and real programs running unchanged under malloc debug.
 
 mod common;
+#[path = "common/skip_log.rs"]
+mod skip_log;
 
 use common::*;
+use skip_log::note_skip;
 use std::path::PathBuf;
-use std::process::Output;
+use std::process::{Command, Output};
 
 const USAGE_1: &str = "For malloc debug option descriptions go to:";
 const USAGE_2: &str =
@@ -506,6 +509,54 @@ fn the_exit_report_reaches_a_stderr_the_program_closed() {
         messages[0].starts_with("+++ stderr_reuse leaked block of size 200 at 0x"),
         "{log}"
     );
+}
+
+/// The files the library writes never take descriptors 0-2, where a program that closed its
+/// standard streams would write too: with 0 and 1 closed at exit, the exit heap dump is written
+/// through a descriptor above 2 (seen with strace; its first write would otherwise be to 0).
+#[test]
+fn files_the_library_writes_stay_above_the_standard_descriptors() {
+    if !Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("WARNING: strace is not installed: check SKIPPED");
+        note_skip("tests/front.rs: strace is not installed (the descriptors of written files)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("md-stdio-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.txt");
+    let options = format!(
+        "LIBC_DEBUG_MALLOC_OPTIONS=backtrace leak_track backtrace_dump_on_exit \
+         backtrace_dump_prefix={}",
+        dir.join("heap").display()
+    );
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=write", "-s", "24", "-o"])
+        .arg(&trace)
+        .arg("-E")
+        .arg(format!("LD_PRELOAD={}", front_path().display()))
+        .arg("-E")
+        .arg(&options)
+        .arg(stderr_reuse())
+        .arg("closed-stdio")
+        .output()
+        .expect("run strace");
+    assert_exit_code(&out, 0);
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let dump_writes: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.contains("\"Android Native Heap Dump"))
+        .collect();
+    assert_eq!(dump_writes.len(), 1, "{trace}");
+    let fd: i32 = dump_writes[0]
+        .split_once("write(")
+        .and_then(|(_, rest)| rest.split_once(','))
+        .and_then(|(fd, _)| fd.parse().ok())
+        .unwrap_or_else(|| panic!("{}", dump_writes[0]));
+    assert!(fd > 2, "the dump went through descriptor {fd}:\n{trace}");
 }
 
 #[test]

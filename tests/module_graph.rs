@@ -23,6 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "log_file",
             "monotonic_clock",
             "mutex",
+            "original_stderr",
             "output",
             "pages",
             "platform",

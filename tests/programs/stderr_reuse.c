@@ -3,6 +3,8 @@
 //                             data there, leaks a block (as a daemon that logs to a file)
 //   stderr_reuse atexit       leaks a block and closes stderr in an exit handler of its own
 //                             (as coreutils' close_stdout does, before malloc debug's report)
+//   stderr_reuse closed-stdio leaks a block and exits with descriptors 0 and 1 closed, so that
+//                             the next file opened would get number 0
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,12 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "atexit") == 0) {
     atexit(close_stderr);
     leaked = malloc(200);
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "closed-stdio") == 0) {
+    leaked = malloc(300);
+    close(0);
+    close(1);
     return 0;
   }
   return 2;
