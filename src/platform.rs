@@ -126,6 +126,72 @@ pub fn above_stdio(fd: c_int) -> c_int {
     high
 }
 
+/// Thread cancellation held off while it lives (glibc). The library's slow paths write logs and
+/// files, read `/proc` and wait for children, all cancellation points: a thread cancelled there
+/// unwound out of a report and left the library's locks and counts held, so the process hung
+/// or crashed (`pthread_cancel` of a thread inside an error report, tests/front.rs). A pending
+/// cancellation acts at the program's next cancellation point instead. Bionic has no
+/// `pthread_cancel`.
+pub struct CancelOff {
+    #[cfg(not(target_os = "android"))]
+    restore: bool,
+}
+
+#[cfg(not(target_os = "android"))]
+unsafe extern "C" {
+    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+}
+/// glibc's `PTHREAD_CANCEL_ENABLE` and `PTHREAD_CANCEL_DISABLE`.
+#[cfg(not(target_os = "android"))]
+const CANCEL_ENABLE: c_int = 0;
+#[cfg(not(target_os = "android"))]
+const CANCEL_DISABLE: c_int = 1;
+
+impl CancelOff {
+    pub fn new() -> Self {
+        #[cfg(not(target_os = "android"))]
+        {
+            let mut old = CANCEL_DISABLE;
+            // SAFETY: `old` is a valid out-parameter; the call is not a cancellation point.
+            unsafe { pthread_setcancelstate(CANCEL_DISABLE, &mut old) };
+            CancelOff {
+                restore: old == CANCEL_ENABLE,
+            }
+        }
+        #[cfg(target_os = "android")]
+        CancelOff {}
+    }
+
+    /// Whether dropping it enables cancellation again (`DisabledScope::into_raw`).
+    pub fn restores(&self) -> bool {
+        #[cfg(not(target_os = "android"))]
+        return self.restore;
+        #[cfg(target_os = "android")]
+        false
+    }
+
+    /// The guard `restores` described (`DisabledScope::from_raw`).
+    pub fn from_restores(restore: bool) -> Self {
+        #[cfg(target_os = "android")]
+        let _ = restore;
+        CancelOff {
+            #[cfg(not(target_os = "android"))]
+            restore,
+        }
+    }
+}
+
+impl Drop for CancelOff {
+    fn drop(&mut self) {
+        #[cfg(not(target_os = "android"))]
+        if self.restore {
+            let mut old = CANCEL_DISABLE;
+            // SAFETY: as in new().
+            unsafe { pthread_setcancelstate(CANCEL_ENABLE, &mut old) };
+        }
+    }
+}
+
 pub fn write_fd(fd: c_int, mut bytes: &[u8]) -> bool {
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a valid readable slice for its length.

@@ -71,6 +71,8 @@ fn set_disabled(on: bool) {
 pub struct DisabledScope {
     was_clear: bool,
     _signal: BacktraceSignalBlock,
+    /// Cancellation off for the scope (platform::CancelOff says why).
+    _cancel: crate::platform::CancelOff,
 }
 
 impl DisabledScope {
@@ -86,10 +88,12 @@ impl DisabledScope {
         // Signal first: a handler that ran between the two would find the thread unmarked but
         // holding nothing yet.
         let signal = BacktraceSignalBlock::new();
+        let cancel = crate::platform::CancelOff::new();
         set_disabled(true);
         DisabledScope {
             was_clear: true,
             _signal: signal,
+            _cancel: cancel,
         }
     }
 
@@ -97,7 +101,9 @@ impl DisabledScope {
     /// function that made it (fork prepare to fork parent/child, malloc_disable to
     /// malloc_enable). `from_raw` makes it again.
     pub fn into_raw(self) -> u8 {
-        let bits = u8::from(self.was_clear) | (u8::from(self._signal.unblocks()) << 1);
+        let bits = u8::from(self.was_clear)
+            | (u8::from(self._signal.unblocks()) << 1)
+            | (u8::from(self._cancel.restores()) << 2);
         core::mem::forget(self);
         bits
     }
@@ -106,6 +112,7 @@ impl DisabledScope {
         DisabledScope {
             was_clear: bits & 1 != 0,
             _signal: BacktraceSignalBlock::from_unblocks(bits & 2 != 0),
+            _cancel: crate::platform::CancelOff::from_restores(bits & 4 != 0),
         }
     }
 
@@ -114,6 +121,7 @@ impl DisabledScope {
         DisabledScope {
             was_clear: false,
             _signal: BacktraceSignalBlock::none(),
+            _cancel: crate::platform::CancelOff::from_restores(false),
         }
     }
 }
