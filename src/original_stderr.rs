@@ -8,7 +8,8 @@
 //! `debug_initialize` remembers what descriptor 2 is (device and inode) and, when it has one, its
 //! path (a terminal, a regular file or a FIFO; `/proc/self/fd/2`). Each write checks with one
 //! `fstat` that descriptor 2 is still that file. When it is not, the log goes to the path opened
-//! again (and closed after the write), or, for a pipe or a socket, which has no path, nowhere.
+//! again (and closed after the write), or, for a pipe or a socket, which has no path, or a FIFO
+//! nobody reads any more, nowhere.
 //!
 //! No duplicate of descriptor 2 is kept open: a forked child that detaches would hold the pipe
 //! the program's caller reads, and the caller would wait for an end of file that never comes.
@@ -102,15 +103,22 @@ fn reopen() -> Option<i32> {
     let path = unsafe { &(&*PATH.0.get())[..len] };
     let mut c_path = StackBuf::<{ PATH_MAX + 1 }>::new();
     c_path.push_bytes(path);
+    // O_NONBLOCK: opening a FIFO whose reader has gone would otherwise wait for ever (it fails
+    // with ENXIO instead); writes then block again, as on the original descriptor.
     // SAFETY: a NUL-terminated path on our stack.
     let first = unsafe {
         libc::open(
             c_path.as_c_str(),
-            libc::O_WRONLY | libc::O_APPEND | libc::O_NOCTTY | libc::O_CLOEXEC,
+            libc::O_WRONLY | libc::O_APPEND | libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NONBLOCK,
         )
     };
     if first < 0 {
         return None;
+    }
+    // SAFETY: fcntl on our own descriptor.
+    unsafe {
+        let flags = libc::fcntl(first, libc::F_GETFL);
+        libc::fcntl(first, libc::F_SETFL, flags & !libc::O_NONBLOCK);
     }
     let fd = if first < 3 {
         // SAFETY: duplicates our own descriptor above the standard ones, then closes it.

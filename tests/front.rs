@@ -511,6 +511,44 @@ fn the_exit_report_reaches_a_stderr_the_program_closed() {
     );
 }
 
+/// A program whose standard error was a FIFO closes it in an exit handler, and nobody reads the
+/// FIFO any more: opening it again for the exit report would wait for a reader for ever, so the
+/// report is dropped and the program exits (it hung).
+#[test]
+fn a_fifo_without_reader_does_not_hold_up_the_exit_report() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir().join(format!("md-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("stderr.fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let status = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success());
+    // Read and write at once (Linux opens a FIFO so without waiting): the child's descriptor 2
+    // is then the FIFO's only reader, gone once it closes stderr.
+    let end = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let mut child = front_command(stderr_reuse(), &["atexit"], Some("leak_track"), &[])
+        .stderr(end)
+        .spawn()
+        .expect("start stderr_reuse");
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("the exit report waited for a reader of the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
 /// The files the library writes never take descriptors 0-2, where a program that closed its
 /// standard streams would write too: with 0 and 1 closed at exit, the exit heap dump is written
 /// through a descriptor above 2 (seen with strace; its first write would otherwise be to 0).
