@@ -75,7 +75,7 @@ fn is_original(fd: i32) -> bool {
 pub fn write(bytes: &[u8]) {
     match STATE.load(Ordering::Acquire) {
         UNKNOWN => {
-            crate::platform::write_stderr(bytes);
+            crate::platform::write_fd_no_sigpipe(2, bytes);
             return;
         }
         NONE_AT_START => return,
@@ -83,9 +83,9 @@ pub fn write(bytes: &[u8]) {
     }
     let errno = crate::platform::errno();
     if is_original(2) {
-        crate::platform::write_stderr(bytes);
+        crate::platform::write_fd_no_sigpipe(2, bytes);
     } else if let Some(fd) = reopen() {
-        crate::platform::write_fd(fd, bytes);
+        crate::platform::write_fd_no_sigpipe(fd, bytes);
         // SAFETY: the descriptor `reopen` just opened, ours alone.
         unsafe { libc::close(fd) };
     }

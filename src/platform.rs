@@ -94,6 +94,37 @@ pub fn write_stderr(bytes: &[u8]) {
     write_fd(2, bytes);
 }
 
+/// `write_fd` for the log, which must never kill the program: a write to a pipe whose reader has
+/// gone raises SIGPIPE, whose default action ends the process (a program piped into `head`
+/// exited 141 instead of 0 once the exit report outgrew what head read), and a handler of the
+/// program's would see a signal it did not cause. SIGPIPE is blocked for the write, and one the
+/// write raised is taken back before it is unblocked (it is sent to the writing thread).
+pub fn write_fd_no_sigpipe(fd: c_int, bytes: &[u8]) -> bool {
+    // SAFETY: sigset_t is plain data that sigemptyset/sigaddset/pthread_sigmask initialise.
+    unsafe {
+        let mut pipe: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
+        let mut pending: libc::sigset_t = core::mem::zeroed();
+        libc::sigpending(&mut pending);
+        let was_pending = libc::sigismember(&pending, libc::SIGPIPE) == 1;
+        let written = write_fd(fd, bytes);
+        if !written && errno() == libc::EPIPE && !was_pending {
+            let now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            libc::sigtimedwait(&pipe, core::ptr::null_mut(), &now);
+        }
+        if libc::sigismember(&old, libc::SIGPIPE) == 0 {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &pipe, core::ptr::null_mut());
+        }
+        written
+    }
+}
+
 /// The (device, inode) of descriptor `fd`, if it is open.
 pub fn stat_of(fd: c_int) -> Option<(u64, u64)> {
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();

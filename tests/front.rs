@@ -549,6 +549,25 @@ fn a_fifo_without_reader_does_not_hold_up_the_exit_report() {
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
 
+/// The exit report of a program whose stderr reader has gone (`prog 2>&1 | head -1`) must not
+/// kill it with SIGPIPE: the program exits as it would bare, with 0 (it exited 141).
+#[test]
+fn a_closed_stderr_pipe_does_not_kill_the_program() {
+    use std::io::Read;
+    let program = compile_c("many_leaks", programs_dir().join("many_leaks.c"), &["-O1"]);
+    let mut child = front_command(&program, &["3000"], Some("leak_track"), &[])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start many_leaks");
+    // Read the first record, then go away as head does.
+    let mut stderr = child.stderr.take().unwrap();
+    let mut first = [0u8; 64];
+    stderr.read_exact(&mut first).unwrap();
+    drop(stderr);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
 /// The files the library writes never take descriptors 0-2, where a program that closed its
 /// standard streams would write too: with 0 and 1 closed at exit, the exit heap dump is written
 /// through a descriptor above 2 (seen with strace; its first write would otherwise be to 0).
