@@ -88,7 +88,10 @@ fn is_ours(fd: i32) -> bool {
 }
 
 /// Opens the path (again) at a descriptor >= 3 and publishes it. The errno of a failure is left
-/// for the caller's message.
+/// for the caller's message. Out of line, like original_stderr's: its path buffer must not
+/// weigh on every log write's stack.
+#[cold]
+#[inline(never)]
 fn reopen() -> Option<i32> {
     let len = PATH_LEN.load(Ordering::Acquire);
     let addr = PATH.load(Ordering::Relaxed);

@@ -93,7 +93,11 @@ pub fn write(bytes: &[u8]) {
 }
 
 /// Opens the remembered path again, at a descriptor of at least 3 (the program's standard
-/// numbers stay free), if it is still the original file.
+/// numbers stay free), if it is still the original file. Out of line: its path buffer would
+/// otherwise take 4 KiB of every log write's stack, and the record file's writer logs from a
+/// signal handler on a 16 KiB alternate stack.
+#[cold]
+#[inline(never)]
 fn reopen() -> Option<i32> {
     let len = PATH_LEN.load(Ordering::Relaxed);
     if len == 0 {

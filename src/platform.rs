@@ -100,29 +100,47 @@ pub fn write_stderr(bytes: &[u8]) {
 /// program's would see a signal it did not cause. SIGPIPE is blocked for the write, and one the
 /// write raised is taken back before it is unblocked (it is sent to the writing thread).
 pub fn write_fd_no_sigpipe(fd: c_int, bytes: &[u8]) -> bool {
-    // SAFETY: sigset_t is plain data that sigemptyset/sigaddset/pthread_sigmask initialise.
+    // Kernel signal sets (8 bytes) through raw system calls, not libc's 128-byte sigset_t: this
+    // runs in signal handlers on alternate stacks of 16 KiB, where the record file's writer logs.
+    const PIPE: u64 = 1 << (libc::SIGPIPE - 1);
+    let mut old: u64 = 0;
+    let mut pending: u64 = 0;
+    // SAFETY: rt_sigprocmask and rt_sigpending with 8-byte kernel sets that outlive the calls.
     unsafe {
-        let mut pipe: libc::sigset_t = core::mem::zeroed();
-        libc::sigemptyset(&mut pipe);
-        libc::sigaddset(&mut pipe, libc::SIGPIPE);
-        let mut old: libc::sigset_t = core::mem::zeroed();
-        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
-        let mut pending: libc::sigset_t = core::mem::zeroed();
-        libc::sigpending(&mut pending);
-        let was_pending = libc::sigismember(&pending, libc::SIGPIPE) == 1;
-        let written = write_fd(fd, bytes);
-        if !written && errno() == libc::EPIPE && !was_pending {
-            let now = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            libc::sigtimedwait(&pipe, core::ptr::null_mut(), &now);
-        }
-        if libc::sigismember(&old, libc::SIGPIPE) == 0 {
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &pipe, core::ptr::null_mut());
-        }
-        written
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &PIPE, &mut old, 8usize);
+        libc::syscall(libc::SYS_rt_sigpending, &mut pending, 8usize);
     }
+    let written = write_fd(fd, bytes);
+    if !written && errno() == libc::EPIPE && pending & PIPE == 0 {
+        let now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: takes back the SIGPIPE this write raised (it is pending on this thread, where
+        // it is blocked); the set and the time-out outlive the call, no siginfo is asked for.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigtimedwait,
+                &PIPE,
+                core::ptr::null_mut::<libc::siginfo_t>(),
+                &now,
+                8usize,
+            )
+        };
+    }
+    if old & PIPE == 0 {
+        // SAFETY: as above; the old mask is not needed.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_UNBLOCK,
+                &PIPE,
+                core::ptr::null_mut::<u64>(),
+                8usize,
+            )
+        };
+    }
+    written
 }
 
 /// The (device, inode) of descriptor `fd`, if it is open.
