@@ -55,6 +55,24 @@ fn assert_log(output: &Output, expected: &[(&str, char, &str)]) {
     assert_eq!(got, want, "stderr:\n{stderr}");
 }
 
+/// The run printed `leaked=<pointer><rest>` and the library logged exactly that block as the
+/// program's one leak, of `size` bytes.
+fn assert_one_leak(out: &Output, program: &str, size: usize, rest: &str) {
+    let stdout = stdout_of(out);
+    let pointer = stdout
+        .strip_prefix("leaked=")
+        .and_then(|s| s.strip_suffix(rest))
+        .unwrap_or_else(|| panic!("unexpected output: {stdout}"));
+    assert_log(
+        out,
+        &[(
+            "malloc_debug",
+            'E',
+            &format!("+++ {program} leaked block of size {size} at {pointer} (leak 1 of 1)"),
+        )],
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Deciding whether to load.
 
@@ -226,19 +244,7 @@ fn reallocarray_is_a_dispatch_entry_of_its_own() {
 fn reallocarray_goes_through_the_library() {
     let out = run_under_front(reallocarray_leak(), &[], Some("leak_track"), &[]);
     assert_exit_code(&out, 0);
-    let stdout = stdout_of(&out);
-    let pointer = stdout
-        .strip_prefix("leaked=")
-        .and_then(|s| s.strip_suffix(" overflow=ENOMEM\n"))
-        .unwrap_or_else(|| panic!("unexpected output: {stdout}"));
-    assert_log(
-        &out,
-        &[(
-            "malloc_debug",
-            'E',
-            &format!("+++ reallocarray_leak leaked block of size 32 at {pointer} (leak 1 of 1)"),
-        )],
-    );
+    assert_one_leak(&out, "reallocarray_leak", 32, " overflow=ENOMEM\n");
 }
 
 fn sized_free() -> PathBuf {
@@ -291,19 +297,7 @@ fn frames_of(messages: &[String]) -> Vec<String> {
 fn sized_frees_and_cfree_go_through_the_library() {
     let out = run_sized_free("clean", "guard leak_track");
     assert_exit_code(&out, 0);
-    let stdout = stdout_of(&out);
-    let pointer = stdout
-        .strip_prefix("leaked=")
-        .and_then(|s| s.strip_suffix("\ndone\n"))
-        .unwrap_or_else(|| panic!("unexpected output: {stdout}"));
-    assert_log(
-        &out,
-        &[(
-            "malloc_debug",
-            'E',
-            &format!("+++ sized_free leaked block of size 40 at {pointer} (leak 1 of 1)"),
-        )],
-    );
+    assert_one_leak(&out, "sized_free", 40, "\ndone\n");
 }
 
 /// A damaged block freed with `free_sized` is reported as at free, from the front's
@@ -432,19 +426,7 @@ fn a_non_pie_program_that_takes_malloc_address_is_checked() {
     );
     let out = run_under_front(&program, &[], Some("leak_track"), &[]);
     assert_exit_code(&out, 0);
-    let stdout = stdout_of(&out);
-    let pointer = stdout
-        .strip_prefix("leaked=")
-        .and_then(|s| s.strip_suffix('\n'))
-        .unwrap_or_else(|| panic!("unexpected output: {stdout}"));
-    assert_log(
-        &out,
-        &[(
-            "malloc_debug",
-            'E',
-            &format!("+++ malloc_address leaked block of size 48 at {pointer} (leak 1 of 1)"),
-        )],
-    );
+    assert_one_leak(&out, "malloc_address", 48, "\n");
 }
 
 fn stderr_reuse() -> PathBuf {

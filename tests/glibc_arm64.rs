@@ -7,10 +7,12 @@
 //! gcc-aarch64-linux-gnu), for the run also `qemu-aarch64-static` (qemu-user-static); .ci/run
 //! installs them. Without them the checks are skipped loudly.
 
+mod common;
 #[path = "common/skip_log.rs"]
 mod skip_log;
-use skip_log::note_skip;
 
+use common::{include_dir, lib_dir as host_lib_dir, manifest_dir, programs_dir};
+use skip_log::note_skip;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -19,16 +21,6 @@ const TARGET: &str = "aarch64-unknown-linux-gnu";
 const CC: &str = "aarch64-linux-gnu-gcc";
 const SYSROOT: &str = "/usr/aarch64-linux-gnu";
 const QEMU: &str = "qemu-aarch64-static";
-
-fn manifest_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest_dir().join("target"))
-}
 
 fn skip(why: &str) {
     eprintln!("########################################################################");
@@ -82,7 +74,12 @@ fn build() -> Option<PathBuf> {
         "cargo build --target {TARGET} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Some(target_dir().join(TARGET).join("release"))
+    // Beside the host's <target>/release, where the host build is.
+    let target_dir = host_lib_dir()
+        .parent()
+        .expect("target directory")
+        .to_path_buf();
+    Some(target_dir.join(TARGET).join("release"))
 }
 
 /// Cross-compiles a C program (examples/ or tests/programs/) into `dir`.
@@ -90,7 +87,7 @@ fn cross_compile(source: &Path, dir: &Path, name: &str) -> PathBuf {
     let program = dir.join(name);
     let status = Command::new(CC)
         .args(["-O1", "-g", "-pthread", "-I"])
-        .arg(manifest_dir().join("ffi").join("include"))
+        .arg(include_dir())
         .arg("-o")
         .arg(&program)
         .arg(source)
@@ -207,14 +204,7 @@ fn the_demo_reports_its_bugs_on_arm64_glibc() {
 #[test]
 fn the_malloc_family_behaves_on_arm64_glibc() {
     let Some(lib_dir) = built() else { return };
-    let probe = cross_compile(
-        &manifest_dir()
-            .join("tests")
-            .join("programs")
-            .join("probe.c"),
-        lib_dir,
-        "probe-arm64",
-    );
+    let probe = cross_compile(&programs_dir().join("probe.c"), lib_dir, "probe-arm64");
     for options in ["verbose", "guard", "leak_track"] {
         let Some(out) = run_under_front(lib_dir, &probe, &["api"], options) else {
             return;
