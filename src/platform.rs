@@ -107,7 +107,13 @@ pub fn write_fd_no_sigpipe(fd: c_int, bytes: &[u8]) -> bool {
     let mut pending: u64 = 0;
     // SAFETY: rt_sigprocmask and rt_sigpending with 8-byte kernel sets that outlive the calls.
     unsafe {
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &PIPE, &mut old, 8usize);
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            &PIPE,
+            &mut old,
+            8usize,
+        );
         libc::syscall(libc::SYS_rt_sigpending, &mut pending, 8usize);
     }
     let written = write_fd(fd, bytes);
