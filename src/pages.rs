@@ -37,31 +37,6 @@ pub fn map_or_log(bytes: usize, what: &str) -> Option<NonNull<u8>> {
     p
 }
 
-/// Whether `populate` may still ask the kernel: cleared the first time the call fails (a kernel
-/// before Linux 5.14 does not know `MADV_POPULATE_WRITE`; a seccomp policy may refuse it), so
-/// that it is asked once, not once per chunk.
-static POPULATE_KNOWN: AtomicBool = AtomicBool::new(true);
-
-/// Backs `len` bytes at `p`, inside a mapping from `map`, with memory now, in one system call,
-/// instead of one page fault per page as writes reach them: for memory written front to back
-/// by many threads at once (record_allocs' entries), whose pages each thread would otherwise
-/// fault on in turn. Pages already present are left as they are, so other threads may be
-/// writing in the range. A kernel that cannot do it leaves the faults to happen as before.
-/// errno is left as it was.
-pub fn populate(p: NonNull<u8>, len: usize) {
-    if !POPULATE_KNOWN.load(Ordering::Relaxed) {
-        return;
-    }
-    let saved = crate::platform::errno();
-    // SAFETY: the range lies in one of our read-write mappings; MADV_POPULATE_WRITE changes no
-    // content (it only faults missing pages in, as a write of the present value would).
-    let rc = unsafe { libc::madvise(p.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
-    if rc != 0 {
-        POPULATE_KNOWN.store(false, Ordering::Relaxed);
-    }
-    crate::platform::set_errno(saved);
-}
-
 fn map_pages(bytes: usize, flags: libc::c_int) -> Option<NonNull<u8>> {
     let len = round_to_pages(bytes)?;
     // SAFETY: anonymous private mapping; no existing memory is affected.

@@ -606,3 +606,48 @@ fn timestamps_lie_between_the_programs_own_clock_reads() {
     let (pid, out) = run(&options, &["clock"]);
     assert_times_within_reads(&exit_records(&file, pid), &stderr_of(&out), 4000);
 }
+
+/// Under an address-space limit far below the default ring's 512 MB (8M entries of 64 bytes),
+/// record_allocs starts and records: the ring is mapped a chunk at a time as tickets reach it.
+/// It refused to start before ("out of memory for the record_allocs entries").
+#[test]
+fn an_address_space_limit_leaves_room_to_record() {
+    use std::os::unix::process::CommandExt;
+    let program = compile_c("many_leaks", "tests/programs/many_leaks.c", &["-O1"]);
+    let dir = scratch_dir("record-rlimit-as");
+    let file = dir.join("records.txt");
+    let options = format!(
+        "record_allocs record_allocs_on_exit record_allocs_file={}",
+        file.display()
+    );
+    let mut cmd = front_command(&program, &["100"], Some(&options), &[]);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256 << 20,
+                rlim_max: 256 << 20,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("run many_leaks");
+    assert_exit_code(&out, 0);
+    assert!(
+        malloc_debug_messages(&out).is_empty(),
+        "{}",
+        stderr_of(&out)
+    );
+    let written: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("records.txt"))
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let text = std::fs::read_to_string(&written[0]).unwrap();
+    let mallocs = text.lines().filter(|l| l.contains(": malloc ")).count();
+    assert!(mallocs >= 100, "{mallocs} malloc entries:\n{text}");
+}

@@ -17,6 +17,13 @@
 //! wrote and, once the file is in place, consume it; `low` then moves over the consumed prefix.
 //! An entry a reservation never filled (a call that failed its checks) is marked abandoned:
 //! skipped when writing, consumed like a written one.
+//!
+//! Memory: the slots live in chunks of `CHUNK_SLOTS`, each mapped the first time a ticket
+//! reaches it (and the next one ahead of time), listed in a directory mapped at start-up.
+//! Reserving all 8M slots at once took 512 MB of address space, which a process under
+//! `ulimit -v` could not have: malloc debug refused to start. Chunks are never unmapped, so a
+//! slot's address never changes; a reservation whose chunk cannot be mapped is refused, as one
+//! past the ring's end is.
 
 use crate::log::log_info;
 use crate::pages;
@@ -64,9 +71,8 @@ pub struct Entry {
     pub end_ns: u64,
 }
 
-/// Tickets whose slots are backed with memory at once, ahead of use (`populate_after`): 256 KiB
-/// of slots, one `madvise` per 4,096 calls.
-const POPULATE_SLOTS: u64 = 4096;
+/// Slots per chunk: 256 KiB, mapped (and backed with memory) one `mmap` per 4,096 calls.
+const CHUNK_SLOTS: u64 = 4096;
 
 /// One slot: 64 bytes, so slots never share a cache line.
 #[repr(C, align(64))]
@@ -90,7 +96,8 @@ const fn word(ticket: u64, tag: u64) -> u64 {
 }
 
 pub struct Buffer {
-    slots: AtomicPtr<Slot>,
+    /// The chunk directory: one pointer per `CHUNK_SLOTS` slots, null until mapped.
+    chunks: AtomicPtr<AtomicPtr<Slot>>,
     capacity: AtomicU64,
     next: AtomicU64,
     low: AtomicU64,
@@ -119,7 +126,7 @@ impl Buffer {
     /// An empty ring, mapped by [`Buffer::init`].
     pub const fn new() -> Buffer {
         Buffer {
-            slots: AtomicPtr::new(core::ptr::null_mut()),
+            chunks: AtomicPtr::new(core::ptr::null_mut()),
             capacity: AtomicU64::new(0),
             next: AtomicU64::new(0),
             low: AtomicU64::new(0),
@@ -127,65 +134,116 @@ impl Buffer {
     }
 
     pub fn init(&'static self, capacity: usize) -> bool {
-        let Some(bytes) = capacity.checked_mul(size_of::<Slot>()) else {
+        if capacity == 0 {
+            return false;
+        }
+        let chunks = (capacity as u64).div_ceil(CHUNK_SLOTS) as usize;
+        let Some(p) = pages::map_or_log(
+            chunks * size_of::<AtomicPtr<Slot>>(),
+            "the record_allocs entries",
+        ) else {
             return false;
         };
-        let Some(p) = pages::map_or_log(bytes, "the record_allocs entries") else {
-            return false;
-        };
-        self.slots.store(p.as_ptr().cast(), Ordering::Release);
+        self.chunks.store(p.as_ptr().cast(), Ordering::Release);
         self.capacity.store(capacity as u64, Ordering::Release);
-        self.populate_chunk(0);
+        if self.chunk(0).is_none() {
+            crate::log::log_error!(
+                "out of memory for the record_allocs entries ({} bytes)",
+                CHUNK_SLOTS as usize * size_of::<Slot>()
+            );
+            self.release();
+            return false;
+        }
         true
     }
 
-    /// On the first pass over the ring, the ticket that opens a chunk of slots backs the next
-    /// chunk with memory. Without it, every 64th call took a page fault, and with two threads
-    /// recording, both threads faulted on most pages (their tickets interleave): 158,000 faults
-    /// for 5M calls instead of 78,000, and a third of the run in the kernel. Later passes reuse
-    /// the pages.
-    #[inline]
-    fn populate_after(&self, ticket: u64) {
-        if ticket.is_multiple_of(POPULATE_SLOTS) && ticket < self.capacity.load(Ordering::Relaxed) {
-            self.populate_chunk(ticket / POPULATE_SLOTS + 1);
+    fn directory(&self) -> &[AtomicPtr<Slot>] {
+        let capacity = self.capacity.load(Ordering::Acquire);
+        let chunks = capacity.div_ceil(CHUNK_SLOTS) as usize;
+        let p = self.chunks.load(Ordering::Acquire);
+        if p.is_null() {
+            return &[];
         }
+        // SAFETY: `init` mapped `chunks` zeroed pointers (null is a valid AtomicPtr) for the life
+        // of the process, or until `release`, which runs before any ticket exists.
+        unsafe { core::slice::from_raw_parts(p, chunks) }
+    }
+
+    /// Chunk `index`'s slots, mapped now if no ticket has reached it yet; None when the chunk
+    /// cannot be mapped (out of memory or address space).
+    fn chunk(&self, index: usize) -> Option<*mut Slot> {
+        let entry = self.directory().get(index)?;
+        let p = entry.load(Ordering::Acquire);
+        if !p.is_null() {
+            return Some(p);
+        }
+        Self::map_chunk(entry)
     }
 
     #[cold]
-    fn populate_chunk(&self, chunk: u64) {
-        let capacity = self.capacity.load(Ordering::Relaxed);
-        let first = chunk * POPULATE_SLOTS;
-        if first >= capacity {
-            return;
+    #[inline(never)]
+    fn map_chunk(entry: &AtomicPtr<Slot>) -> Option<*mut Slot> {
+        let bytes = CHUNK_SLOTS as usize * size_of::<Slot>();
+        // Backed with memory at once: every recording thread writes the slots front to back,
+        // and each would otherwise fault on most pages (a third of a two-thread run in the
+        // kernel, when a page fault per page was the rule).
+        let fresh = pages::map_filled(bytes)?;
+        match entry.compare_exchange(
+            core::ptr::null_mut(),
+            fresh.as_ptr().cast(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Some(fresh.as_ptr().cast()),
+            Err(won) => {
+                // SAFETY: our own mapping, never published.
+                unsafe { pages::unmap(fresh, bytes) };
+                Some(won)
+            }
         }
-        let slots = (capacity - first).min(POPULATE_SLOTS) as usize;
-        let start = core::ptr::NonNull::from(self.slot(first)).cast::<u8>();
-        pages::populate(start, slots * size_of::<Slot>());
     }
 
     /// Undoes [`Buffer::init`] (a `debug_initialize` that gives up later; no call has
     /// recorded).
     pub fn release(&self) {
-        let capacity = self.capacity.swap(0, Ordering::AcqRel) as usize;
-        let slots = self.slots.swap(core::ptr::null_mut(), Ordering::AcqRel);
-        if let Some(slots) = core::ptr::NonNull::new(slots.cast::<u8>()) {
-            // SAFETY: `init`'s mapping of `capacity` slots, unused (no ticket was handed out).
-            unsafe { pages::unmap(slots, capacity * size_of::<Slot>()) };
+        let directory = self.directory();
+        let bytes = CHUNK_SLOTS as usize * size_of::<Slot>();
+        for entry in directory {
+            let chunk = entry.swap(core::ptr::null_mut(), Ordering::AcqRel);
+            if let Some(chunk) = core::ptr::NonNull::new(chunk.cast::<u8>()) {
+                // SAFETY: a chunk `map_chunk` mapped, unused (no ticket was handed out).
+                unsafe { pages::unmap(chunk, bytes) };
+            }
+        }
+        let directory_bytes = core::mem::size_of_val(directory);
+        self.capacity.store(0, Ordering::Release);
+        let chunks = self.chunks.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if let Some(chunks) = core::ptr::NonNull::new(chunks.cast::<u8>()) {
+            // SAFETY: `init`'s directory, no longer reachable.
+            unsafe { pages::unmap(chunks, directory_bytes) };
         }
     }
 
+    /// The slot of a ticket that was handed out (its chunk is mapped: `reserve` saw to it).
+    #[inline]
     fn slot(&self, ticket: u64) -> &Slot {
         let capacity = self.capacity.load(Ordering::Relaxed);
-        // SAFETY: `capacity` is non-zero once a ticket exists (reserve checks it), the mapping
-        // holds `capacity` zero-initialised slots for the life of the process, and the index is
-        // below `capacity`. Slots are only accessed through their atomic word or, for the entry,
-        // by the ticket's owner / a writer as the state word allows (module docs).
-        unsafe {
+        let index = ticket % capacity;
+        // SAFETY: the directory `init` published before any ticket existed, with an entry for
+        // every chunk of `capacity` slots (index < capacity).
+        let entry = unsafe {
             &*self
-                .slots
-                .load(Ordering::Acquire)
-                .add((ticket % capacity) as usize)
-        }
+                .chunks
+                .load(Ordering::Relaxed)
+                .add((index / CHUNK_SLOTS) as usize)
+        };
+        let chunk = entry.load(Ordering::Acquire);
+        debug_assert!(!chunk.is_null(), "ticket {ticket} without its chunk");
+        // SAFETY: a handed-out ticket's chunk was mapped before the ticket was (`reserve`) and
+        // is never unmapped while tickets exist; the index is below CHUNK_SLOTS. Slots are only
+        // accessed through their atomic word or, for the entry, by the ticket's owner / a writer
+        // as the state word allows (module docs).
+        unsafe { &*chunk.add((index % CHUNK_SLOTS) as usize) }
     }
 
     /// The next ticket, or None while the ring is full (the reference's "all new operations will
@@ -201,14 +259,32 @@ impl Buffer {
             if next >= low + capacity {
                 return None;
             }
+            // A ticket's chunk exists before the ticket does (`slot` relies on it). Tickets go
+            // out in order, so only the first of a chunk's needs to see to it: the rest come
+            // after it (the first pass maps every chunk; chunk 0 is mapped by `init`).
+            let first_of_chunk = next.is_multiple_of(CHUNK_SLOTS);
+            let chunk = if first_of_chunk {
+                let chunk = ((next % capacity) / CHUNK_SLOTS) as usize;
+                if self.chunk(chunk).is_none() {
+                    out_of_memory();
+                    return None;
+                }
+                chunk
+            } else {
+                0
+            };
+            // Acquire/release: a thread given a later ticket of the chunk sees it mapped.
             match self.next.compare_exchange_weak(
                 next,
                 next + 1,
-                Ordering::Relaxed,
+                Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    self.populate_after(next);
+                    if first_of_chunk {
+                        // The next chunk, ahead of the tickets that will need it.
+                        let _ = self.chunk(chunk + 1);
+                    }
                     if next + 1 == low + capacity {
                         log_info!(
                             "Maximum number of records added, all new operations will be dropped."
@@ -311,6 +387,19 @@ impl Buffer {
     }
 }
 
+/// Says once that a chunk of entries could not be mapped; the calls that needed it are not
+/// recorded, as when the ring is full.
+#[cold]
+fn out_of_memory() {
+    static TOLD: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !TOLD.swap(true, Ordering::Relaxed) {
+        crate::log::log_error!(
+            "out of memory for the record_allocs entries ({} bytes)",
+            CHUNK_SLOTS as usize * size_of::<Slot>()
+        );
+    }
+}
+
 /// The entry's kind, or None for a kind no call records.
 pub fn kind_of(e: &Entry) -> Option<Kind> {
     Kind::from_u8(e.kind)
@@ -366,40 +455,53 @@ mod tests {
         assert_eq!(written(&B, true), [6, 7, 8, 9]);
     }
 
-    /// Pages of the slots `[first, first + count)` that are backed with memory.
-    fn resident_pages(b: &Buffer, first: u64, count: u64) -> usize {
+    /// Whether chunk `index` is mapped, and then how many of its pages are backed with memory.
+    fn resident_pages(b: &Buffer, index: usize) -> Option<usize> {
+        let chunk = b.directory()[index].load(Ordering::Acquire);
+        if chunk.is_null() {
+            return None;
+        }
         let page = crate::platform::page_size();
-        let start = b.slot(first) as *const Slot as usize;
-        let len = count as usize * size_of::<Slot>();
+        let len = CHUNK_SLOTS as usize * size_of::<Slot>();
         let mut vec = vec![0u8; len.div_ceil(page)];
-        // SAFETY: a page-aligned range inside the buffer's mapping and a vector of one byte per
-        // page.
-        let rc = unsafe { libc::mincore(start as *mut libc::c_void, len, vec.as_mut_ptr()) };
+        // SAFETY: a mapped chunk (page-aligned) and a vector of one byte per page.
+        let rc = unsafe { libc::mincore(chunk.cast(), len, vec.as_mut_ptr()) };
         assert_eq!(rc, 0);
-        vec.iter().filter(|&&v| v & 1 != 0).count()
+        Some(vec.iter().filter(|&&v| v & 1 != 0).count())
     }
 
     #[test]
-    fn the_ticket_opening_a_chunk_backs_the_next_one_with_memory() {
+    fn the_ticket_opening_a_chunk_maps_the_next_one_backed_with_memory() {
         static B: Buffer = Buffer::new();
-        assert!(B.init(3 * POPULATE_SLOTS as usize));
+        assert!(B.init(3 * CHUNK_SLOTS as usize));
         let pages =
-            (POPULATE_SLOTS as usize * size_of::<Slot>()).div_ceil(crate::platform::page_size());
+            (CHUNK_SLOTS as usize * size_of::<Slot>()).div_ceil(crate::platform::page_size());
         assert_eq!(
-            resident_pages(&B, 0, POPULATE_SLOTS),
-            pages,
+            resident_pages(&B, 0),
+            Some(pages),
             "the first chunk at init"
         );
-        assert_eq!(resident_pages(&B, POPULATE_SLOTS, POPULATE_SLOTS), 0);
+        assert_eq!(resident_pages(&B, 1), None, "no ticket has reached it");
         B.abandon(B.reserve().unwrap());
-        assert_eq!(resident_pages(&B, POPULATE_SLOTS, POPULATE_SLOTS), pages);
-        assert_eq!(resident_pages(&B, 2 * POPULATE_SLOTS, POPULATE_SLOTS), 0);
-        for _ in 1..POPULATE_SLOTS + 1 {
+        assert_eq!(resident_pages(&B, 1), Some(pages));
+        assert_eq!(resident_pages(&B, 2), None);
+        for _ in 1..CHUNK_SLOTS + 1 {
             B.abandon(B.reserve().unwrap());
         }
-        assert_eq!(
-            resident_pages(&B, 2 * POPULATE_SLOTS, POPULATE_SLOTS),
-            pages
-        );
+        assert_eq!(resident_pages(&B, 2), Some(pages));
+    }
+
+    #[test]
+    fn a_ring_of_millions_of_entries_costs_only_its_directory_until_used() {
+        static B: Buffer = Buffer::new();
+        // The default count: 8M entries, 512 MB had they been mapped at once.
+        assert!(B.init(8_000_000));
+        let mapped = B
+            .directory()
+            .iter()
+            .filter(|c| !c.load(Ordering::Relaxed).is_null())
+            .count();
+        assert_eq!(mapped, 1);
+        assert_eq!(B.directory().len(), 1954);
     }
 }
