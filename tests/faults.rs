@@ -153,38 +153,37 @@ fn blocks_crossing_the_disabled_boundary_go_back_to_their_allocator() {
 #[test]
 fn an_initialize_out_of_memory_says_why() {
     use std::os::unix::process::CommandExt;
-    for (options, limit, what) in [(
+    let (options, limit, what) = (
         "free_track=16384 free_track_backtrace_num_frames=256",
         30u64 << 20,
         "the free_track queue",
-    )] {
-        let mut cmd = front_command("true", &[], Some(options), &[]);
-        // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let r = libc::rlimit {
-                    rlim_cur: limit,
-                    rlim_max: limit,
-                };
-                if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            })
-        };
-        let out = cmd.output().expect("run true");
-        assert_exit_code(&out, 0);
-        let messages = malloc_debug_messages(&out);
-        assert_eq!(messages.len(), 1, "{options}: {messages:#?}");
-        assert!(
-            messages[0].starts_with(&format!("out of memory for {what} ("))
-                && messages[0].ends_with(" bytes)"),
-            "{options}: {messages:#?}"
-        );
-        assert_eq!(
-            libc_messages(&out),
-            ["true: failed to enable malloc debug"],
-            "{options}"
-        );
-    }
+    );
+    let mut cmd = front_command("true", &[], Some(options), &[]);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let out = cmd.output().expect("run true");
+    assert_exit_code(&out, 0);
+    let messages = malloc_debug_messages(&out);
+    assert_eq!(messages.len(), 1, "{options}: {messages:#?}");
+    assert!(
+        messages[0].starts_with(&format!("out of memory for {what} ("))
+            && messages[0].ends_with(" bytes)"),
+        "{options}: {messages:#?}"
+    );
+    assert_eq!(
+        libc_messages(&out),
+        ["true: failed to enable malloc debug"],
+        "{options}"
+    );
 }
