@@ -103,29 +103,16 @@ fn reopen() -> Option<i32> {
     let mut c_path = StackBuf::<PATH_MAX>::new();
     c_path.push_bytes(path);
     // SAFETY: a NUL-terminated path on our stack.
-    let first = unsafe {
+    let fd = crate::platform::above_stdio(unsafe {
         libc::open(
             c_path.as_c_str(),
             libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
             0o644,
         )
-    };
-    if first < 0 {
+    });
+    if fd < 0 {
         return None;
     }
-    let fd = if first < 3 {
-        // SAFETY: duplicates our own descriptor to the lowest free one >= 3, then closes the
-        // low one (which the program may want as a standard stream).
-        let high = unsafe { libc::fcntl(first, libc::F_DUPFD_CLOEXEC, 3) };
-        // SAFETY: our descriptor.
-        unsafe { libc::close(first) };
-        if high < 0 {
-            return None;
-        }
-        high
-    } else {
-        first
-    };
     let (dev, ino) = crate::platform::stat_of(fd)?;
     DEV.store(dev, Ordering::Relaxed);
     INO.store(ino, Ordering::Relaxed);

@@ -124,15 +124,7 @@ fn reopen() -> Option<i32> {
         let flags = libc::fcntl(first, libc::F_GETFL);
         libc::fcntl(first, libc::F_SETFL, flags & !libc::O_NONBLOCK);
     }
-    let fd = if first < 3 {
-        // SAFETY: duplicates our own descriptor above the standard ones, then closes it.
-        let high = unsafe { libc::fcntl(first, libc::F_DUPFD_CLOEXEC, 3) };
-        // SAFETY: our descriptor.
-        unsafe { libc::close(first) };
-        high
-    } else {
-        first
-    };
+    let fd = crate::platform::above_stdio(first);
     if fd < 0 {
         return None;
     }

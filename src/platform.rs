@@ -100,22 +100,11 @@ pub fn write_stderr(bytes: &[u8]) {
 /// program's would see a signal it did not cause. SIGPIPE is blocked for the write, and one the
 /// write raised is taken back before it is unblocked (it is sent to the writing thread).
 pub fn write_fd_no_sigpipe(fd: c_int, bytes: &[u8]) -> bool {
-    // Kernel signal sets (8 bytes) through raw system calls, not libc's 128-byte sigset_t: this
-    // runs in signal handlers on alternate stacks of 16 KiB, where the record file's writer logs.
     const PIPE: u64 = 1 << (libc::SIGPIPE - 1);
-    let mut old: u64 = 0;
+    let old = mask_signals(libc::SIG_BLOCK, PIPE);
     let mut pending: u64 = 0;
-    // SAFETY: rt_sigprocmask and rt_sigpending with 8-byte kernel sets that outlive the calls.
-    unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK,
-            &PIPE,
-            &mut old,
-            8usize,
-        );
-        libc::syscall(libc::SYS_rt_sigpending, &mut pending, 8usize);
-    }
+    // SAFETY: rt_sigpending with an 8-byte kernel set that outlives the call.
+    unsafe { libc::syscall(libc::SYS_rt_sigpending, &mut pending, 8usize) };
     let written = write_fd(fd, bytes);
     if !written && errno() == libc::EPIPE && pending & PIPE == 0 {
         let now = libc::timespec {
@@ -135,18 +124,21 @@ pub fn write_fd_no_sigpipe(fd: c_int, bytes: &[u8]) -> bool {
         };
     }
     if old & PIPE == 0 {
-        // SAFETY: as above; the old mask is not needed.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_UNBLOCK,
-                &PIPE,
-                core::ptr::null_mut::<u64>(),
-                8usize,
-            )
-        };
+        mask_signals(libc::SIG_UNBLOCK, PIPE);
     }
     written
+}
+
+/// Blocks or unblocks (`how`: SIG_BLOCK, SIG_UNBLOCK) the signals of `set` for this thread, one
+/// bit per signal as the kernel counts them, and returns the mask as it was. The raw system call
+/// with the kernel's 8-byte set: libc's `sigprocmask` refuses bionic's reserved signals (the
+/// backtrace signal, src/sync.rs), and its 128-byte `sigset_t` weighs on the 16 KiB alternate
+/// stacks of the signal handlers that log.
+pub fn mask_signals(how: c_int, set: u64) -> u64 {
+    let mut old: u64 = 0;
+    // SAFETY: rt_sigprocmask with 8-byte kernel sets that outlive the call.
+    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, how, &set, &mut old, 8usize) };
+    old
 }
 
 /// The (device, inode) of descriptor `fd`, if it is open.

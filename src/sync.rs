@@ -152,18 +152,7 @@ const BACKTRACE_SIGNAL_MASK: u64 = 1 << (33 - 1);
 impl BacktraceSignalBlock {
     #[cfg(target_os = "android")]
     pub fn new() -> Self {
-        let set: u64 = BACKTRACE_SIGNAL_MASK;
-        let mut old: u64 = 0;
-        // SAFETY: rt_sigprocmask with 8-byte kernel sigsets that live across the call.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_BLOCK,
-                &set,
-                &mut old,
-                8usize,
-            );
-        }
+        let old = crate::platform::mask_signals(libc::SIG_BLOCK, BACKTRACE_SIGNAL_MASK);
         BacktraceSignalBlock {
             unblock: old & BACKTRACE_SIGNAL_MASK == 0,
         }
@@ -209,17 +198,7 @@ impl Default for BacktraceSignalBlock {
 impl Drop for BacktraceSignalBlock {
     fn drop(&mut self) {
         if self.unblock {
-            let set: u64 = BACKTRACE_SIGNAL_MASK;
-            // SAFETY: as in new(); the old mask is not needed.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_rt_sigprocmask,
-                    libc::SIG_UNBLOCK,
-                    &set,
-                    core::ptr::null_mut::<u64>(),
-                    8usize,
-                );
-            }
+            crate::platform::mask_signals(libc::SIG_UNBLOCK, BACKTRACE_SIGNAL_MASK);
         }
     }
 }

@@ -196,22 +196,14 @@ fn inode_of(fd: c_int) -> Option<u32> {
 
 /// A new datagram socket at a descriptor >= 3, with the send time-out set.
 fn open() -> Option<(c_int, u32)> {
+    // fds 0-2 may be closed (libc does so before the exit report on some releases): the
+    // socket is kept above them, free for the program and out of stdio's way.
     // SAFETY: plain socket creation.
-    let mut fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    let fd = crate::platform::above_stdio(unsafe {
+        libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+    });
     if fd < 0 {
         return None;
-    }
-    if fd <= 2 {
-        // fds 0-2 were closed (libc does so before the exit report on some releases): keep
-        // them free for the program and out of stdio's way.
-        // SAFETY: fd is our socket; F_DUPFD_CLOEXEC returns a new descriptor >= 3.
-        let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-        // SAFETY: fd is our socket, not used after this.
-        unsafe { libc::close(fd) };
-        if moved < 0 {
-            return None;
-        }
-        fd = moved;
     }
     let timeout = libc::timeval {
         tv_sec: SEND_TIMEOUT_SECS,

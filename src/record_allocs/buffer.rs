@@ -147,10 +147,7 @@ impl Buffer {
         self.chunks.store(p.as_ptr().cast(), Ordering::Release);
         self.capacity.store(capacity as u64, Ordering::Release);
         if self.chunk(0).is_none() {
-            crate::log::log_error!(
-                "out of memory for the record_allocs entries ({} bytes)",
-                CHUNK_SLOTS as usize * size_of::<Slot>()
-            );
+            out_of_memory();
             self.release();
             return false;
         }

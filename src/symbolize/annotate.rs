@@ -254,8 +254,7 @@ fn connect() -> Option<i32> {
         }
         // Above the standard descriptors, which a program that closed them may reopen by
         // number (as the log file does, src/log_file.rs).
-        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
-        libc::close(fd);
+        let high = crate::platform::above_stdio(fd);
         (high >= 0).then_some(high)
     }
 }
