@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn a_thread_cancelled_during_reports_leaves_the_library_working() {
@@ -29,14 +29,10 @@ fn a_thread_cancelled_during_reports_leaves_the_library_working() {
                 .spawn()
                 .expect("start cancel_in_report");
             // A hang is the failure this guards against: give it a minute, then kill it.
-            let start = Instant::now();
-            while child.try_wait().unwrap().is_none() {
-                if start.elapsed() > Duration::from_secs(60) {
-                    let _ = child.kill();
-                    panic!("{options}: cancel_in_report hung");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            assert!(
+                wait_or_kill(&mut child, Duration::from_secs(60)),
+                "{options}: cancel_in_report hung"
+            );
             let mut out = child.wait_with_output().unwrap();
             out.stderr = std::fs::read(&log).unwrap();
             assert_exit_code(&out, 0);

@@ -273,22 +273,6 @@ fn run_sized_free(mode: &str, options: &str) -> Output {
     )
 }
 
-/// The frame lines of a report reduced to `<file name> (<function>)`.
-fn frames_of(messages: &[String]) -> Vec<String> {
-    messages
-        .iter()
-        .filter_map(|m| m.trim_start().strip_prefix('#'))
-        .map(|frame| {
-            let f: Vec<&str> = frame.split_whitespace().collect();
-            let file = f.get(3).map_or("", |p| p.rsplit('/').next().unwrap());
-            let func = f
-                .get(4)
-                .map_or("", |s| s.trim_start_matches('(').split('+').next().unwrap());
-            format!("{file} ({func})")
-        })
-        .collect()
-}
-
 /// C23's `free_sized` and `free_aligned_sized` (glibc 2.43) and glibc's old `cfree` are the
 /// library's free: under `guard` a block with a header freed by glibc would abort ("free():
 /// invalid pointer"), and under `leak_track` the blocks would be reported as leaks. Only the
@@ -520,14 +504,10 @@ fn a_fifo_without_reader_does_not_hold_up_the_exit_report() {
         .stderr(end)
         .spawn()
         .expect("start stderr_reuse");
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > std::time::Duration::from_secs(30) {
-            let _ = child.kill();
-            panic!("the exit report waited for a reader of the FIFO");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    assert!(
+        wait_or_kill(&mut child, std::time::Duration::from_secs(30)),
+        "the exit report waited for a reader of the FIFO"
+    );
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
 

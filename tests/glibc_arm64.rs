@@ -11,7 +11,10 @@ mod common;
 #[path = "common/skip_log.rs"]
 mod skip_log;
 
-use common::{include_dir, lib_dir as host_lib_dir, manifest_dir, programs_dir};
+use common::{
+    frames_of, include_dir, lib_dir as host_lib_dir, malloc_debug_messages, manifest_dir,
+    programs_dir,
+};
 use skip_log::note_skip;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -122,31 +125,6 @@ fn run_under_front(lib_dir: &Path, program: &Path, args: &[&str], options: &str)
     )
 }
 
-/// The messages of the library's log lines (`... E malloc_debug: MESSAGE`).
-fn messages(stderr: &str) -> Vec<String> {
-    stderr
-        .lines()
-        .filter_map(|l| {
-            l.split_once(" E malloc_debug: ")
-                .map(|(_, m)| m.to_string())
-        })
-        .collect()
-}
-
-/// A frame line's `<file name> (<function>)`.
-fn frame(message: &str) -> Option<String> {
-    let f: Vec<&str> = message
-        .trim_start()
-        .strip_prefix('#')?
-        .split_whitespace()
-        .collect();
-    let file = f.get(3)?.rsplit('/').next()?;
-    let function = f.get(4).map_or("", |s| {
-        s.trim_start_matches('(').split('+').next().unwrap_or("")
-    });
-    Some(format!("{file} ({function})"))
-}
-
 #[test]
 fn the_demo_reports_its_bugs_on_arm64_glibc() {
     let Some(lib_dir) = built() else { return };
@@ -165,7 +143,7 @@ fn the_demo_reports_its_bugs_on_arm64_glibc() {
         String::from_utf8_lossy(&out.stdout),
         "hello, malloc debug\n"
     );
-    let messages = messages(&stderr);
+    let messages = malloc_debug_messages(&out);
     let overflow = messages
         .iter()
         .position(|m| m.ends_with(" SIZE 12 HAS A CORRUPTED REAR GUARD"))
@@ -174,10 +152,7 @@ fn the_demo_reports_its_bugs_on_arm64_glibc() {
         messages[overflow + 1],
         "  allocation[12] = 0x00 (expected 0xbb)"
     );
-    let frames: Vec<String> = messages[overflow..]
-        .iter()
-        .filter_map(|m| frame(m))
-        .collect();
+    let frames = frames_of(&messages[overflow..]);
     assert_eq!(
         frames[..2],
         ["libmalloc_debug_front.so (free)", "demo-arm64 (main)"],
@@ -187,7 +162,7 @@ fn the_demo_reports_its_bugs_on_arm64_glibc() {
         .iter()
         .position(|m| m.starts_with("+++ demo-arm64 leaked block of size 64 at 0x"))
         .unwrap_or_else(|| panic!("no leak report:\n{stderr}"));
-    let frames: Vec<String> = messages[leak..].iter().filter_map(|m| frame(m)).collect();
+    let frames = frames_of(&messages[leak..]);
     assert_eq!(
         frames[..3],
         [

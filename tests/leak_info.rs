@@ -301,14 +301,9 @@ fn fork_while_another_thread_unwinds() {
             .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().expect("spawn driver");
         // Generous bound: a deadlocked child (or parent) fails the test instead of hanging it.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        while child.try_wait().unwrap().is_none() {
-            if std::time::Instant::now() > deadline {
-                child.kill().unwrap();
-                let output = child.wait_with_output().unwrap();
-                panic!("deadlock with {options}: {}", stdout_of(&output));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        if !wait_or_kill(&mut child, std::time::Duration::from_secs(120)) {
+            let output = child.wait_with_output().unwrap();
+            panic!("deadlock with {options}: {}", stdout_of(&output));
         }
         let output = child.wait_with_output().unwrap();
         let out = ok(&output);

@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn run_bounded(options: &str) -> std::process::Output {
     let exe = compile_c(
@@ -17,14 +17,9 @@ fn run_bounded(options: &str) -> std::process::Output {
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("spawn signal_alloc");
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!("{options}: hung\n{}", stderr_of(&out));
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if !wait_or_kill(&mut child, Duration::from_secs(240)) {
+        let out = child.wait_with_output().unwrap();
+        panic!("{options}: hung\n{}", stderr_of(&out));
     }
     child.wait_with_output().unwrap()
 }

@@ -359,3 +359,33 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// The frame lines among a report's messages, each reduced to `<file name> (<function>)`.
+pub fn frames_of(messages: &[String]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| m.trim_start().strip_prefix('#'))
+        .map(|frame| {
+            let f: Vec<&str> = frame.split_whitespace().collect();
+            let file = f.get(3).map_or("", |p| p.rsplit('/').next().unwrap());
+            let func = f
+                .get(4)
+                .map_or("", |s| s.trim_start_matches('(').split('+').next().unwrap());
+            format!("{file} ({func})")
+        })
+        .collect()
+}
+
+/// Waits for `child` to exit, and kills it once `limit` has passed: false then. A hang is what
+/// such tests guard against; it fails them instead of stalling the whole run.
+pub fn wait_or_kill(child: &mut std::process::Child, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    true
+}
