@@ -140,7 +140,7 @@ fn malloc_backtrace_returns_the_allocation_frames() {
 
 #[test]
 fn dump_heap_writes_records_and_bt_info_under_backtrace_full() {
-    let dir = std::env::temp_dir().join(format!("md-bt-abi-{}", std::process::id()));
+    let dir = scratch_dir("bt-abi");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("heap.txt");

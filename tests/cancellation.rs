@@ -20,7 +20,7 @@ fn a_thread_cancelled_during_reports_leaves_the_library_working() {
     for options in ["guard", "backtrace leak_track guard"] {
         for round in 0..3 {
             // Files, not pipes: the reports fill a pipe nobody reads until the end.
-            let dir = std::env::temp_dir().join(format!("md-cancel-{}", std::process::id()));
+            let dir = scratch_dir("cancel");
             std::fs::create_dir_all(&dir).unwrap();
             let log = dir.join(format!("{}-{round}.err", options.replace(' ', "_")));
             let mut child = front_command(&program, &[], Some(options), &[])

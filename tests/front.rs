@@ -424,7 +424,7 @@ fn stderr_reuse() -> PathBuf {
 /// Runs stderr_reuse under leak_track with its standard error in a file; returns the run and
 /// what that file holds.
 fn run_stderr_reuse(args: &[&str], name: &str) -> (Output, String) {
-    let dir = std::env::temp_dir().join(format!("md-stderr-{}-{name}", std::process::id()));
+    let dir = scratch_dir(&format!("stderr-{name}"));
     std::fs::create_dir_all(&dir).unwrap();
     let stderr_file = dir.join("stderr.txt");
     let mut cmd = front_command(stderr_reuse(), args, Some("leak_track"), &[]);
@@ -439,7 +439,7 @@ fn run_stderr_reuse(args: &[&str], name: &str) -> (Output, String) {
 /// (it used to be appended to the program's data).
 #[test]
 fn the_log_never_goes_into_a_file_that_took_descriptor_2() {
-    let dir = std::env::temp_dir().join(format!("md-stderr-data-{}", std::process::id()));
+    let dir = scratch_dir("stderr-data");
     std::fs::create_dir_all(&dir).unwrap();
     let data = dir.join("data.txt");
     let (out, log) = run_stderr_reuse(&["reuse", data.to_str().unwrap()], "reuse");
@@ -483,7 +483,7 @@ fn the_exit_report_reaches_a_stderr_the_program_closed() {
 #[test]
 fn a_fifo_without_reader_does_not_hold_up_the_exit_report() {
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = std::env::temp_dir().join(format!("md-fifo-{}", std::process::id()));
+    let dir = scratch_dir("fifo");
     std::fs::create_dir_all(&dir).unwrap();
     let fifo = dir.join("stderr.fifo");
     let _ = std::fs::remove_file(&fifo);
@@ -544,7 +544,7 @@ fn files_the_library_writes_stay_above_the_standard_descriptors() {
         note_skip("tests/front.rs: strace is not installed (the descriptors of written files)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("md-stdio-{}", std::process::id()));
+    let dir = scratch_dir("stdio");
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("trace.txt");
     let options = format!(

@@ -295,11 +295,16 @@ pub fn main(args: Vec<OsString>) -> Result<ExitCode> {
         if let Some(server) = &server {
             command.env(crate::annotate::SOCKET_ENV, server.socket());
         }
-        let code = supervise(command, &args, server.is_none())?;
+        let ended = supervise(command, &args, server.is_none())?;
+        // The socket's directory and the marker go before the CLI ends, whichever way it ends.
         drop(server);
-        return Ok(match gate {
-            Some((n, marker)) if crate::run_gate::marked(&marker) => ExitCode::from(n),
-            _ => code,
+        let marked = gate
+            .as_ref()
+            .is_some_and(|(_, marker)| crate::run_gate::marked(marker));
+        return Ok(match (ended, gate) {
+            (Ended::Killed(sig), _) => crate::run_gate::die_of(sig),
+            (Ended::Exited(_), Some((n, _))) if marked => ExitCode::from(n),
+            (Ended::Exited(code), _) => code,
         });
     }
     if let Some((code, marker)) = gate {
@@ -330,11 +335,17 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
-/// Runs the command, with its stderr piped through the log symbolizer when `pipe`, and ends the
-/// way the command ended. The CLI outlives the command so that no log line is lost and the
+/// How the command ended.
+enum Ended {
+    Exited(ExitCode),
+    Killed(libc::c_int),
+}
+
+/// Runs the command, with its stderr piped through the log symbolizer when `pipe`, and says how
+/// it ended; the caller cleans up, then ends the same way. The CLI outlives the command so that no log line is lost and the
 /// annotation server answers to the end: it ignores the terminal's SIGINT/SIGQUIT (the command
 /// gets them too) and forwards SIGTERM/SIGHUP.
-fn supervise(mut command: Command, args: &Args, pipe: bool) -> Result<ExitCode> {
+fn supervise(mut command: Command, args: &Args, pipe: bool) -> Result<Ended> {
     if pipe {
         command.stderr(Stdio::piped());
     }
@@ -342,7 +353,7 @@ fn supervise(mut command: Command, args: &Args, pipe: bool) -> Result<ExitCode> 
         Ok(c) => c,
         Err(e) => {
             eprintln!("malloc-debug: {}", cannot_run(args, e));
-            return Ok(ExitCode::from(127));
+            return Ok(Ended::Exited(ExitCode::from(127)));
         }
     };
     CHILD.store(child.id() as i32, Ordering::Relaxed);
@@ -360,18 +371,8 @@ fn supervise(mut command: Command, args: &Args, pipe: bool) -> Result<ExitCode> 
     let status = child
         .wait()
         .map_err(|e| err!("waiting for {}: {e}", args.command[0].to_string_lossy()))?;
-    if let Some(sig) = status.signal() {
-        // Die of the same signal, so that the shell sees what the command did.
-        // SAFETY: restoring the default action and raising a signal on this process.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, sig);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            libc::raise(sig);
-        }
-        return Ok(ExitCode::from(128u8.wrapping_add(sig as u8)));
-    }
-    Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+    Ok(match status.signal() {
+        Some(sig) => Ended::Killed(sig),
+        None => Ended::Exited(ExitCode::from(status.code().unwrap_or(1) as u8)),
+    })
 }

@@ -73,15 +73,6 @@ fn option_path(file: &Path) -> Result<String> {
     Ok(s.to_string())
 }
 
-unsafe extern "C" {
-    fn signal(sig: i32, handler: usize) -> usize;
-    fn kill(pid: i32, sig: i32) -> i32;
-}
-const SIGINT: i32 = 2;
-const SIGQUIT: i32 = 3;
-const SIG_DFL: usize = 0;
-const SIG_IGN: usize = 1;
-
 /// Whether a process of the run reported an error or leaks (the marker file is not empty); the
 /// file is removed.
 pub fn marked(marker: &Path) -> bool {
@@ -98,8 +89,8 @@ pub fn run_and_gate(mut command: Command, program: &OsString, code: u8, marker: 
         // its verdict. Set only after the spawn, so the program does not inherit it.
         // SAFETY: installs the "ignore" disposition; no handler code runs.
         unsafe {
-            signal(SIGINT, SIG_IGN);
-            signal(SIGQUIT, SIG_IGN);
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
         }
         c.wait()
     });
@@ -116,18 +107,28 @@ pub fn run_and_gate(mut command: Command, program: &OsString, code: u8, marker: 
     };
     use std::os::unix::process::ExitStatusExt;
     if let Some(sig) = status.signal() {
-        // SAFETY: restores the default action and sends the program's fatal signal to this
-        // process, so the caller sees the same termination.
-        unsafe {
-            signal(sig, SIG_DFL);
-            kill(std::process::id() as i32, sig);
-        }
-        return ExitCode::from(128 + sig as u8);
+        return die_of(sig);
     }
     if marked {
         return ExitCode::from(code);
     }
     ExitCode::from(status.code().unwrap_or(1) as u8)
+}
+
+/// Dies of `sig`, the signal that killed the program, so that the caller sees the same
+/// termination; returns the shell's code for it only if the signal does not kill.
+pub fn die_of(sig: i32) -> ExitCode {
+    // SAFETY: restores the default action, unblocks the signal (the CLI may have inherited it
+    // blocked) and raises it on this thread.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    ExitCode::from(128u8.wrapping_add(sig as u8))
 }
 
 /// A path in the temporary directory no other run uses: `stem`, this process's id, the time

@@ -157,14 +157,26 @@ fn exit_status_and_signals_pass_through() {
         "{}",
         stderr(&out)
     );
-    let out = cli()
-        .args(["run", "--lib"])
-        .arg(&lib)
-        .args(["--", "sh", "-c", "kill -TERM $$"])
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(15));
+    // Killed: the CLI dies of the same signal, and leaves nothing in the temporary directory
+    // (the annotation socket's directory, the --error-exitcode marker).
+    // A short path: the socket's must fit in sun_path (108 bytes), or the CLI pipes instead.
+    let tmp = std::env::temp_dir().join(format!("mdk-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for gate in [&[][..], &["--error-exitcode", "9"]] {
+        let out = cli()
+            .args(["run", "--lib"])
+            .arg(&lib)
+            .args(gate)
+            .args(["--", "sh", "-c", "kill -TERM $$"])
+            .env("TMPDIR", &tmp)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(15), "{gate:?}");
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{gate:?}: left behind: {left:?}");
+    }
+    std::fs::remove_dir(&tmp).unwrap();
 }
 
 #[test]
