@@ -11,7 +11,8 @@
 //! `malloc_debug: malloc_test: malloc debug enabled`), the com_android_runtime namespace path
 //! (Android 11 roots), a bad option (libc's `failed to enable malloc debug`), and the library's
 //! imports checked against the root's own libc/libdl/liblog; an exit leak report through the
-//! root's real logd and logcat (`--real-logd`), and errno across 50,000 successful calls.
+//! root's real logd and logcat (`--real-logd`), errno across 50,000 successful calls, and the
+//! root's real libmemunreachable (what `dumpsys meminfo --unreachable` runs) under every option.
 
 #[path = "common/skip_log.rs"]
 mod skip_log;
@@ -1172,4 +1173,95 @@ fn x86_64_overflow_report_names_the_allocation_under_real_bionic() {
 #[test]
 fn arm64_overflow_report_names_the_allocation_under_qemu() {
     overflow_report_names_the_allocation("ANDROID_ROOTFS_ARM64", "aarch64-linux-android");
+}
+
+/// `dumpsys meminfo --unreachable` in an app: the root's real libmemunreachable
+/// (`LogUnreachableMemory`, malloc_test unreachable) stops the heap with malloc_disable from a
+/// thread of its own, captures the threads with ptrace from a forked process, walks the heap's
+/// mappings with malloc_iterate and asks malloc_backtrace for each unreachable block, then
+/// malloc_enable. Under every tracking option it must finish (a disable that is never undone, or
+/// a lock the fork child inherits held, hangs it) and the program must go on allocating.
+///
+/// libmemunreachable finds the heap by the names of its anonymous mappings (`[anon:scudo:...]`),
+/// which only a kernel with CONFIG_ANON_VMA_NAME gives: without them it walks nothing, and only
+/// the sequence is checked (listed as a limited check at the end of the run).
+#[test]
+fn x86_64_libmemunreachable_runs_under_every_option() {
+    let _serial = serial();
+    let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
+        return;
+    };
+    if !root.dir.join("system/lib64/libmemunreachable.so").exists() {
+        skipped("the ANDROID_ROOTFS root has no system/lib64/libmemunreachable.so");
+        return;
+    }
+    let kernel_names_mappings =
+        fs::read_to_string("/proc/self/maps").is_ok_and(|maps| maps.contains("[anon:")) || {
+            // Name a mapping of our own to find out (glibc's heap is not named).
+            // SAFETY: an anonymous private mapping, named, then unmapped; nothing else uses it.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                let named = libc::prctl(
+                    libc::PR_SET_VMA,
+                    libc::PR_SET_VMA_ANON_NAME,
+                    p as usize,
+                    4096usize,
+                    c"probe".as_ptr() as usize,
+                ) == 0;
+                libc::munmap(p, 4096);
+                named
+            }
+        };
+    if !kernel_names_mappings {
+        skipped(
+            "this kernel does not name anonymous mappings (CONFIG_ANON_VMA_NAME): \
+             libmemunreachable's heap walk finds nothing, only its sequence is checked",
+        );
+    }
+    for options in [
+        "backtrace",
+        "backtrace leak_track guard free_track",
+        "leak_track",
+        "verify_pointers",
+        "guard fill",
+        "record_allocs",
+        "backtrace=8 backtrace_full",
+    ] {
+        let run = run_program_in_root_under(
+            &["timeout", "120"],
+            &root,
+            &lib,
+            options,
+            &[],
+            &["unreachable"],
+        );
+        assert!(run.output.status.success(), "{options}: {}", run.describe());
+        let stdout = run.stdout_lines();
+        for line in ["LogUnreachableMemory(true, 100): ok", "malloc_test: done"] {
+            assert!(
+                stdout.iter().any(|l| l == line),
+                "{options}: no {line:?}\n{}",
+                run.describe()
+            );
+        }
+        let summary = run
+            .log
+            .iter()
+            .find(|l| l.contains("libmemunreachable: ") && l.contains(" unreachable out of "))
+            .unwrap_or_else(|| panic!("{options}: no summary line\n{}", run.describe()));
+        if kernel_names_mappings {
+            // The two blocks lose_block dropped, 3001 and 3002 bytes, at least.
+            assert!(
+                !summary.contains("out of 0 bytes in 0 allocations"),
+                "{options}: {summary}"
+            );
+        }
+    }
 }

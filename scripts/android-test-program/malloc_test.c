@@ -1,6 +1,6 @@
 /* A small bionic program for running libc_malloc_debug.so under real Android libc.
  * Usage: malloc_test [leak|bugs|fork|fork-dlopen|fork-dlopen-report|park|unwind|leaks N|errno|record|
- *                    small-stack|spares]
+ *                    small-stack|spares|unreachable]
  * Exercises malloc/calloc/realloc/posix_memalign/malloc_usable_size/free/mallopt, prints one
  * line per check to stdout and "malloc_test: done" at the end, and leaves through exit(0) so that
  * libc's exit-time malloc debug hook (debug_finalize) runs. With "leak", one 1234-byte allocation
@@ -10,7 +10,7 @@
  * on stderr), then SIGRTMAX-18 (46) is raised and the program leaves through _exit without
  * allocating: the record_allocs file must have been written by the signal's handler. With "errno", see errno_test; "fork", fork_test; "fork-dlopen",
  * fork_dlopen_test; "park" and "unwind", park_test and unwind_test; "small-stack",
- * small_stack_test; "spares", spares_test. Prototypes are declared by hand: no bionic headers here. */
+ * small_stack_test; "spares", spares_test; "unreachable", unreachable_test. Prototypes are declared by hand: no bionic headers here. */
 
 typedef unsigned long size_t;
 
@@ -188,6 +188,33 @@ static void unwind_test(int unwinds) {
   park_stop = 1;
   pthread_join(t, 0);
   dprintf(1, "unwind: unwinds=%d unwound=%d stalls=%d longest_ms=%ld\n", unwinds, unwound, stalls, longest);
+}
+
+/* "unreachable": what `dumpsys meminfo --unreachable` runs in an app process. The root's real
+ * libmemunreachable (LogUnreachableMemory) stops the heap with malloc_disable, walks it with
+ * malloc_iterate, scans it from a forked copy of the process, and asks malloc_backtrace for the
+ * allocation backtrace of each unreachable block; it logs the result (tag libmemunreachable).
+ * Two blocks lose their only pointer in lose_block; one stays reachable from a global. */
+static void* volatile reachable_block;
+
+__attribute__((noinline)) static void lose_block(size_t n) {
+  char* volatile p = malloc(n);
+  memset(p, 0x5a, n);
+  p = 0;
+}
+
+static void unreachable_test(void) {
+  reachable_block = malloc(4321);
+  lose_block(3001);
+  lose_block(3002);
+  void* lib = dlopen("libmemunreachable.so", 2 /* RTLD_NOW */);
+  check("dlopen libmemunreachable.so", lib != 0);
+  if (!lib) return;
+  /* bool LogUnreachableMemory(bool log_contents, size_t limit): extern "C". */
+  _Bool (*log_unreachable)(_Bool, size_t) = (_Bool (*)(_Bool, size_t))dlsym(lib, "LogUnreachableMemory");
+  check("LogUnreachableMemory found", log_unreachable != 0);
+  if (!log_unreachable) return;
+  check("LogUnreachableMemory(true, 100)", log_unreachable(1, 100));
 }
 
 static void park_test(int rounds) {
@@ -525,6 +552,7 @@ int main(int argc, char** argv, char** envp) {
   if (argc > 1 && strcmp(argv[1], "park") == 0) park_test(200);
   if (argc > 1 && strcmp(argv[1], "unwind") == 0) unwind_test(1000);
   if (argc > 1 && strcmp(argv[1], "small-stack") == 0) small_stack_test();
+  if (argc > 1 && strcmp(argv[1], "unreachable") == 0) unreachable_test();
   if (argc > 1 && strcmp(argv[1], "spares") == 0) spares_test();
   if (argc > 2 && strcmp(argv[1], "unwind-delayed") == 0) {
     delay_frees = 100;
