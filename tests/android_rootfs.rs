@@ -783,14 +783,19 @@ fn x86_64_backtrace_signal_never_stalls_an_allocating_thread() {
             assert!(line.contains(" stalls=0 "), "{options}: {line}");
             if mode == "park" {
                 // Deliveries that land in the native allocator are not parked (its own locks
-                // stall the main thread with or without the library) and sent again.
+                // stall the main thread with or without the library) and sent again. Under
+                // record_allocs on a jemalloc root (Android 9) most frees of blocks that cross a
+                // page ask `mincore`, and for a second at a time every delivery lands at that
+                // system call's exit in libc (179-186 rounds of 200 parked), so that row asks
+                // for fewer.
+                let min_parked = if options == "record_allocs" { 150 } else { 190 };
                 let parked: u32 = line
                     .split(" parked=")
                     .nth(1)
                     .and_then(|v| v.split(' ').next())
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);
-                assert!(parked >= 190, "{options}: {line}");
+                assert!(parked >= min_parked, "{options}: {line}");
             }
             if mode == "unwind" {
                 assert!(line.contains("unwound=1000 "), "{options}: {line}");
