@@ -347,7 +347,7 @@ impl OutputFile {
                 libc::AT_SYMLINK_NOFOLLOW,
             )
         };
-        rc == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFLNK
+        rc == 0 && crate::platform::is_file_type(&st, libc::S_IFLNK)
     }
 }
 

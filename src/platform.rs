@@ -72,8 +72,15 @@ pub fn thread_shard(shards: usize) -> usize {
     if shards == 1 {
         return 0;
     }
-    let hashed = thread_pointer().wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (hashed >> 32) % shards
+    let hashed = (thread_pointer() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (hashed >> 32) as usize % shards
+}
+
+/// Whether a `stat`'s mode has file type `kind` (`libc::S_IFREG`, ...). The casts are for 32-bit
+/// bionic, whose `S_IF*` constants are 16-bit while `st_mode` is 32.
+#[allow(clippy::unnecessary_cast)]
+pub fn is_file_type(st: &libc::stat, kind: libc::mode_t) -> bool {
+    st.st_mode as u32 & libc::S_IFMT as u32 == kind as u32
 }
 
 pub fn gettid() -> i32 {

@@ -37,7 +37,44 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 const GRANULE_SHIFT: u32 = 4;
 const LEAF_SHIFT: u32 = 30;
-const ADDRESS_BITS: u32 = 48;
+/// 48 bits of address on LP64 (the top byte is a tag, see `top_of`); all 32 on ILP32.
+const ADDRESS_BITS: u32 = if usize::BITS > 48 { 48 } else { usize::BITS };
+/// Where a pointer's tag byte starts (arm64's top-byte tags); ILP32 pointers have none.
+#[cfg(target_pointer_width = "64")]
+const TOP_SHIFT: u32 = 56;
+
+/// A pointer's tag byte (0 on ILP32).
+#[inline(always)]
+fn top_of(pointer: usize) -> usize {
+    #[cfg(target_pointer_width = "64")]
+    return pointer >> TOP_SHIFT;
+    #[cfg(not(target_pointer_width = "64"))]
+    return {
+        let _ = pointer;
+        0
+    };
+}
+
+/// A pointer without its tag byte.
+#[inline(always)]
+fn untagged(pointer: usize) -> usize {
+    #[cfg(target_pointer_width = "64")]
+    return pointer & ((1 << TOP_SHIFT) - 1);
+    #[cfg(not(target_pointer_width = "64"))]
+    return pointer;
+}
+
+/// An untagged address with tag byte `top` put back.
+#[inline(always)]
+fn tagged(address: usize, top: usize) -> usize {
+    #[cfg(target_pointer_width = "64")]
+    return address | (top << TOP_SHIFT);
+    #[cfg(not(target_pointer_width = "64"))]
+    return {
+        let _ = top;
+        address
+    };
+}
 const ROOT_ENTRIES: usize = 1 << (ADDRESS_BITS - LEAF_SHIFT);
 const GRANULES_PER_LEAF: usize = 1 << (LEAF_SHIFT - GRANULE_SHIFT);
 /// Words of lanes per summary bit: one page of them.
@@ -96,10 +133,10 @@ impl<const LANE_BITS: u32> PresenceMap<LANE_BITS> {
     /// of the map carry).
     #[inline(always)]
     fn place(pointer: usize, top: usize) -> Option<Place> {
-        let address = pointer & ((1 << 56) - 1);
+        let address = untagged(pointer);
         if pointer & ((1 << GRANULE_SHIFT) - 1) != 0
-            || address >> ADDRESS_BITS != 0
-            || (pointer >> 56) + 1 != top
+            || (ADDRESS_BITS < usize::BITS && address >> (ADDRESS_BITS % usize::BITS) != 0)
+            || top_of(pointer) + 1 != top
         {
             return None;
         }
@@ -166,7 +203,7 @@ impl<const LANE_BITS: u32> PresenceMap<LANE_BITS> {
 
     #[cold]
     fn learn_top_byte(&self, pointer: usize) -> usize {
-        let top = (pointer >> 56) + 1;
+        let top = top_of(pointer) + 1;
         match self
             .top_byte
             .compare_exchange(TOP_UNSET, top, Ordering::Relaxed, Ordering::Relaxed)
@@ -272,7 +309,7 @@ impl<const LANE_BITS: u32> PresenceMap<LANE_BITS> {
                             lanes &= !(Self::LANE_MASK << shift);
                             let granule = word * Self::LANES_PER_WORD + lane as usize;
                             let address = (index << LEAF_SHIFT) | (granule << GRANULE_SHIFT);
-                            f(address | ((top - 1) << 56), value);
+                            f(tagged(address, top - 1), value);
                         }
                     }
                 }

@@ -25,6 +25,7 @@
 
 /// The report stack's size. Reports use tens of kilobytes; the rest is never touched and costs
 /// nothing but address space.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 const STACK_BYTES: usize = 1 << 20;
 
 /// Runs `f` on a stack of its own, or on the caller's when no mapping can be had (then a deep
@@ -32,7 +33,7 @@ const STACK_BYTES: usize = 1 << 20;
 /// already runs on a report stack (an exit report logging 20,000 backtraces maps one stack,
 /// not 20,000).
 pub fn run<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
     if !on_a_report_stack()
         && let Some(stack) = Stack::map()
     {
@@ -60,13 +61,13 @@ pub fn run<R>(f: impl FnOnce() -> R) -> R {
 /// The report stacks in use, by base address (0: free slot). Lock-free, as everything a signal
 /// handler or a fork child may meet. A stack that finds no free slot works unlisted (nested
 /// reports on it then map a stack each).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 static IN_USE: [core::sync::atomic::AtomicUsize; 16] =
     [const { core::sync::atomic::AtomicUsize::new(0) }; 16];
 
 /// Whether this thread runs on one of the report stacks (its stack pointer is inside one: a
 /// stack in use belongs to one thread).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 #[inline(never)]
 fn on_a_report_stack() -> bool {
     let marker = 0u8;
@@ -79,7 +80,7 @@ fn on_a_report_stack() -> bool {
 }
 
 /// One report stack: `STACK_BYTES` usable, above a guard page.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 struct Stack {
     base: core::ptr::NonNull<u8>,
     /// Its slot in `IN_USE`, if it found one.
@@ -89,11 +90,11 @@ struct Stack {
 /// Stacks mapped earlier and not in use (base address; 0: empty), kept for the next report or
 /// table search: a mapping and its first page faults cost more than the search they would
 /// serve. Taken and given back with one swap each, never locked.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 static SPARE: [core::sync::atomic::AtomicUsize; 8] =
     [const { core::sync::atomic::AtomicUsize::new(0) }; 8];
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 impl Stack {
     /// A spare stack, or a new one.
     fn map() -> Option<Stack> {
@@ -135,7 +136,7 @@ impl Stack {
     }
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 impl Drop for Stack {
     fn drop(&mut self) {
         use core::sync::atomic::Ordering;
@@ -156,7 +157,7 @@ impl Drop for Stack {
 }
 
 /// Calls the `&mut dyn FnMut()` behind `context`, on the new stack.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 extern "C" fn trampoline(context: *mut core::ffi::c_void) {
     // SAFETY: `run` passes a pointer to its live `&mut dyn FnMut()`, used by nobody else
     // during the call.
@@ -169,11 +170,12 @@ extern "C" fn trampoline(context: *mut core::ffi::c_void) {
 /// # Safety
 /// `top` must be the 16-byte-aligned end of a writable region, large enough for the call, that
 /// nothing else uses meanwhile; `context` must be what `trampoline` expects.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 unsafe fn switch_and_call(top: usize, context: *mut core::ffi::c_void) {
-    // One shape for both architectures: keep the stack pointer in a callee-saved register
+    // One shape for the 64-bit architectures: keep the stack pointer in a callee-saved register
     // (which the trampoline returns intact), load the new one, call, restore. Every register
     // the C ABI lets a call clobber (the link register included) is declared so.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     macro_rules! switch {
         ($keep:literal, $load:literal, $call:literal, $restore:literal, $arg:tt, $kept:tt) => {
             core::arch::asm!(
@@ -206,6 +208,22 @@ unsafe fn switch_and_call(top: usize, context: *mut core::ffi::c_void) {
             "mov sp, x20",
             "x0",
             "x20"
+        );
+        // i386's C ABI passes the argument on the stack, kept 16-byte aligned at the call.
+        // `edi` keeps the stack pointer (callee-saved; `esi` and `ebx` are LLVM's own there).
+        #[cfg(target_arch = "x86")]
+        core::arch::asm!(
+            "mov edi, esp",
+            "mov esp, {top}",
+            "sub esp, 12",
+            "push {context}",
+            "call {tramp}",
+            "mov esp, edi",
+            top = in(reg) top,
+            context = in(reg) context,
+            tramp = sym trampoline,
+            out("edi") _,
+            clobber_abi("C"),
         );
     }
 }

@@ -20,7 +20,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-const TARGETS: &[&str] = &["x86_64-linux-android", "aarch64-linux-android"];
+const TARGETS: &[&str] = &[
+    "x86_64-linux-android",
+    "aarch64-linux-android",
+    "i686-linux-android",
+];
 const SKIPPED_STATUS: i32 = 3;
 
 /// docs/spec/abi.md#exports, 64-bit version script, plus the Android 9 name and Android 17's
@@ -222,7 +226,10 @@ fn exports_exactly_the_debug_abi() {
             .into_iter()
             .map(|(_, name)| name)
             .collect();
-        let expected = set(EXPORTS_64);
+        let mut expected = set(EXPORTS_64);
+        if target.starts_with("i686") {
+            expected.extend(set(EXPORTS_32_EXTRA));
+        }
         let extra: Vec<_> = exported.difference(&expected).collect();
         let missing: Vec<_> = expected.difference(&exported).collect();
         assert!(
@@ -283,6 +290,8 @@ fn has_no_interpreter_and_right_machine() {
         let header = tool("readelf", &["-hW"], so);
         let want = if target.starts_with("x86_64") {
             "X86-64"
+        } else if target.starts_with("i686") {
+            "Intel 80386"
         } else {
             "AArch64"
         };

@@ -86,7 +86,30 @@ fn root(var: &str, target: &'static str) -> Option<Root> {
         "{var}={} has no system/bin/linker64 (see docs/android-roots.md)",
         dir.display()
     );
-    Some(Root { dir, target })
+    let root = Root { dir, target };
+    if root.is_32_bit() && !root.dir.join("system/bin/linker").exists() {
+        skipped(&format!(
+            "{var} has no 32-bit userspace (system/bin/linker, system/lib/): the {target} checks"
+        ));
+        return None;
+    }
+    Some(root)
+}
+
+impl Root {
+    /// The 32-bit processes of a 64-bit root (system/bin/linker, system/lib/).
+    fn is_32_bit(&self) -> bool {
+        self.target.starts_with("i686") || self.target.starts_with("armv7")
+    }
+
+    /// Where the root keeps the libraries of this target's processes.
+    fn lib_dir(&self) -> &'static str {
+        if self.is_32_bit() {
+            "system/lib"
+        } else {
+            "system/lib64"
+        }
+    }
 }
 
 /// scripts/build-android for one target (once per test binary). `None`: targets unavailable.
@@ -130,6 +153,7 @@ fn install_test_program(root: &Root) {
         .join(PROGRAM_NAME);
     let out = Command::new("bash")
         .arg(manifest_dir().join("scripts/android-test-program/build"))
+        .args(root.is_32_bit().then_some("--32"))
         .arg("-o")
         .arg(&out_file)
         .env("ANDROID_ROOTFS", &root.dir)
@@ -306,7 +330,7 @@ fn has_com_android_runtime_namespace(root: &Root) -> bool {
 
 /// Whether the root's libc.so holds `needle` (a string it logs or looks up), to tell releases apart.
 fn libc_contains(root: &Root, needle: &[u8]) -> bool {
-    let libc = resolve_in_root(&root.dir, "system/lib64/libc.so");
+    let libc = resolve_in_root(&root.dir, &format!("{}/libc.so", root.lib_dir()));
     let bytes = fs::read(libc).unwrap_or_default();
     bytes.windows(needle.len()).any(|w| w == needle)
 }
@@ -451,7 +475,7 @@ fn arm64_imports_exist_in_the_roots_bionic() {
 fn imports_exist(root: &Root, lib_dir: &Path) {
     let mut provided = BTreeSet::new();
     for lib in ["libc.so", "libdl.so", "liblog.so"] {
-        let path = resolve_in_root(&root.dir, &format!("system/lib64/{lib}"));
+        let path = resolve_in_root(&root.dir, &format!("{}/{lib}", root.lib_dir()));
         provided.extend(dynamic_names(&path, "--defined-only"));
     }
     let missing: Vec<String> =
@@ -920,8 +944,17 @@ fn x86_64_exit_leak_report_with_backtraces_reaches_real_logd() {
 /// allocator (guard asks it for other sizes: 41), never one per table growth of ours.
 #[test]
 fn x86_64_successful_calls_keep_errno_under_real_bionic() {
+    successful_calls_keep_errno("x86_64-linux-android");
+}
+
+#[test]
+fn i686_successful_calls_keep_errno_under_real_bionic() {
+    successful_calls_keep_errno(I686);
+}
+
+fn successful_calls_keep_errno(target: &'static str) {
     let _serial = serial();
-    let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
+    let Some((root, lib)) = setup("ANDROID_ROOTFS", target) else {
         return;
     };
     let clobbered = |run: &Run| -> usize {
@@ -1192,12 +1225,22 @@ fn arm64_overflow_report_names_the_allocation_under_qemu() {
 /// the sequence is checked (listed as a limited check at the end of the run).
 #[test]
 fn x86_64_libmemunreachable_runs_under_every_option() {
+    libmemunreachable_runs_under_every_option("x86_64-linux-android");
+}
+
+#[test]
+fn i686_libmemunreachable_runs_under_every_option() {
+    libmemunreachable_runs_under_every_option(I686);
+}
+
+fn libmemunreachable_runs_under_every_option(target: &'static str) {
     let _serial = serial();
-    let Some((root, lib)) = setup("ANDROID_ROOTFS", "x86_64-linux-android") else {
+    let Some((root, lib)) = setup("ANDROID_ROOTFS", target) else {
         return;
     };
-    if !root.dir.join("system/lib64/libmemunreachable.so").exists() {
-        skipped("the ANDROID_ROOTFS root has no system/lib64/libmemunreachable.so");
+    let so = format!("{}/libmemunreachable.so", root.lib_dir());
+    if !root.dir.join(&so).exists() {
+        skipped(&format!("the ANDROID_ROOTFS root has no {so}"));
         return;
     }
     let kernel_names_mappings =
@@ -1269,4 +1312,69 @@ fn x86_64_libmemunreachable_runs_under_every_option() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 32-bit processes (ILP32): the x86 userspace of the ANDROID_ROOTFS root (system/bin/linker,
+// system/lib/), with the i686 build. The 16-byte header, the ILP32 dispatch table and the
+// 8-digit frame lines run under a real bionic here.
+
+const I686: &str = "i686-linux-android";
+
+#[test]
+fn i686_verbose_and_a_bad_option_under_real_bionic() {
+    let _serial = serial();
+    let Some((root, lib)) = setup("ANDROID_ROOTFS", I686) else {
+        return;
+    };
+    let run = run_in_root(&root, &lib, "verbose", &[]);
+    run.assert_program_ok();
+    run.assert_log_has(&run.enabled_line());
+    let run = run_in_root(&root, &lib, "foo", &[]);
+    run.assert_program_ok();
+    run.assert_log_has(&format!(
+        "E malloc_debug: {}: unknown option foo",
+        run.progname()
+    ));
+}
+
+#[test]
+fn i686_imports_exist_in_the_roots_bionic() {
+    let Some(root) = root("ANDROID_ROOTFS", I686) else {
+        return;
+    };
+    let Some(lib) = android_lib(I686) else {
+        return;
+    };
+    imports_exist(&root, &lib);
+}
+
+#[test]
+fn i686_bugs_are_reported_under_real_bionic() {
+    bugs_are_reported("ANDROID_ROOTFS", I686);
+}
+
+#[test]
+fn i686_exit_dump_under_real_bionic() {
+    exit_dump_is_written("ANDROID_ROOTFS", I686);
+}
+
+#[test]
+fn i686_overflow_report_names_the_allocation_under_real_bionic() {
+    overflow_report_names_the_allocation("ANDROID_ROOTFS", I686);
+}
+
+#[test]
+fn i686_record_file_written_in_the_handler_under_real_bionic() {
+    record_file_is_written_in_the_handler("ANDROID_ROOTFS", I686);
+}
+
+#[test]
+fn i686_reports_of_a_thread_with_a_small_stack_under_real_bionic() {
+    small_stack_reports("ANDROID_ROOTFS", I686);
+}
+
+#[test]
+fn i686_spares_are_like_fresh_blocks_under_real_bionic() {
+    spares_are_like_fresh_blocks("ANDROID_ROOTFS", I686);
 }

@@ -45,6 +45,20 @@ __asm__(
     "  mov x30, #0\n"
     "  mov x0, sp\n"
     "  b start_c\n");
+#elif defined(__i386__)
+/* cdecl: the argument goes on a 16-byte aligned stack. */
+__asm__(
+    ".text\n"
+    ".globl _start\n"
+    ".type _start, %function\n"
+    "_start:\n"
+    "  xor %ebp, %ebp\n"
+    "  mov %esp, %eax\n"
+    "  and $-16, %esp\n"
+    "  sub $12, %esp\n"
+    "  push %eax\n"
+    "  call start_c\n"
+    "  hlt\n");
 #else
 #error "unsupported architecture"
 #endif

@@ -61,7 +61,10 @@ static volatile int park_worker_tid, parked, park_release, park_stop;
 static long now_ms(void) {
   struct timespec_ t;
   clock_gettime(1 /* CLOCK_MONOTONIC */, &t);
-  return t.tv_sec * 1000 + t.tv_nsec / 1000000;
+  /* Within 32 bits on ILP32 for 24 days of uptime: seconds counted from the first call. */
+  static long first_sec = -1;
+  if (first_sec < 0) first_sec = t.tv_sec;
+  return (t.tv_sec - first_sec) * 1000 + t.tv_nsec / 1000000;
 }
 
 /* The native allocator's text (libc's and the vDSO's, which it calls): a thread parked there may hold the allocator's own locks (Scudo's
@@ -113,7 +116,12 @@ static void find_libc_text(void) {
 static void park_handler(int sig, void* info, void* ucontext) {
   (void)sig;
   (void)info;
+#if defined(__i386__)
+  /* i386: after uc_flags, uc_link and uc_stack (20 bytes), gregs[REG_EIP] is index 14. */
+  unsigned long pc = ((unsigned long*)((char*)ucontext + 20))[14];
+#else
   unsigned long pc = ((unsigned long*)((char*)ucontext + 40))[16];
+#endif
   if ((pc >= libc_text_start && pc < libc_text_end) || (pc >= vdso_start && pc < vdso_end)) {
     native_skips++;
     return;
@@ -584,7 +592,7 @@ int main(int argc, char** argv, char** envp) {
      * a round (so that its later calls are timed by the counter far from their anchor, where a
      * wrong rate shows). The reads go to stderr as "clock SIZE BEFORE AFTER" once the last
      * block is allocated. */
-    static long before[500], after[500];
+    static long long before[500], after[500];
     usleep(12000);
     for (int r = 0; r < 20; r++) {
       usleep(2000);
@@ -592,16 +600,16 @@ int main(int argc, char** argv, char** envp) {
         int i = r * 25 + k;
         struct timespec_ t;
         clock_gettime(1 /* CLOCK_MONOTONIC */, &t);
-        long spin_until = t.tv_sec * 1000000000L + t.tv_nsec + 20000;
+        long long spin_until = t.tv_sec * 1000000000LL + t.tv_nsec + 20000;
         do clock_gettime(1 /* CLOCK_MONOTONIC */, &t);
-        while (t.tv_sec * 1000000000L + t.tv_nsec < spin_until);
-        before[i] = t.tv_sec * 1000000000L + t.tv_nsec;
+        while (t.tv_sec * 1000000000LL + t.tv_nsec < spin_until);
+        before[i] = t.tv_sec * 1000000000LL + t.tv_nsec;
         if (malloc((size_t)(7000 + i)) == 0) failures++;
         clock_gettime(1 /* CLOCK_MONOTONIC */, &t);
-        after[i] = t.tv_sec * 1000000000L + t.tv_nsec;
+        after[i] = t.tv_sec * 1000000000LL + t.tv_nsec;
       }
     }
-    for (int i = 0; i < 500; i++) dprintf(2, "clock %d %ld %ld\n", 7000 + i, before[i], after[i]);
+    for (int i = 0; i < 500; i++) dprintf(2, "clock %d %lld %lld\n", 7000 + i, before[i], after[i]);
     kill(getpid(), 46);
     dprintf(1, "malloc_test: %s\n", failures == 0 ? "done" : "FAILED");
     _exit(failures == 0 ? 0 : 1);

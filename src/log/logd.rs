@@ -188,7 +188,9 @@ fn inode_of(fd: c_int) -> Option<u32> {
     // SAFETY: an all-zero stat is a valid out-parameter.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: st is writable; a bad fd only makes fstat fail.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+    if unsafe { libc::fstat(fd, &mut st) } != 0
+        || !crate::platform::is_file_type(&st, libc::S_IFSOCK)
+    {
         return None;
     }
     Some(st.st_ino as u32)

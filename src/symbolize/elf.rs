@@ -324,7 +324,7 @@ fn map_file(path: &[u8]) -> Option<(*const u8, usize)> {
     // SAFETY: fd is open; st is a valid out-parameter.
     let stat_ok = unsafe { libc::fstat(fd, &mut st) } == 0;
     let len = st.st_size as usize;
-    let base = if stat_ok && st.st_mode & libc::S_IFMT == libc::S_IFREG && len > 0 {
+    let base = if stat_ok && crate::platform::is_file_type(&st, libc::S_IFREG) && len > 0 {
         // SAFETY: a fresh private read-only mapping of a regular file; nothing else aliases it.
         unsafe {
             libc::mmap(
