@@ -57,8 +57,13 @@ fn main() {
     // unwinder rather than to a libgcc_s the process has loaded.
     let target = env::var("TARGET").unwrap_or_default();
     let glibc = target.contains("-linux-gnu");
+    // 32-bit arm links no DWARF unwinder (it reads EHABI tables, src/backtrace/exidx.rs):
+    // nothing to hide, and lld refuses a script naming symbols that are not defined.
+    let no_unwinder = env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "arm");
     let own_unwinder = if glibc {
         "-Bsymbolic-functions".to_string()
+    } else if no_unwinder {
+        String::new()
     } else {
         let out_dir = std::path::PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
         let map = out_dir.join("hide-unwinder.map");
@@ -73,7 +78,11 @@ fn main() {
     let link_args: Vec<&str> = link_args
         .iter()
         .copied()
-        .chain([own_unwinder.as_str()])
+        .chain(
+            [own_unwinder.as_str()]
+                .into_iter()
+                .filter(|a| !a.is_empty()),
+        )
         .collect();
     for arg in &link_args {
         if raw_lld {

@@ -25,7 +25,12 @@
 
 /// The report stack's size. Reports use tens of kilobytes; the rest is never touched and costs
 /// nothing but address space.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 const STACK_BYTES: usize = 1 << 20;
 
 /// Runs `f` on a stack of its own, or on the caller's when no mapping can be had (then a deep
@@ -33,7 +38,12 @@ const STACK_BYTES: usize = 1 << 20;
 /// already runs on a report stack (an exit report logging 20,000 backtraces maps one stack,
 /// not 20,000).
 pub fn run<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "x86",
+        target_arch = "arm"
+    ))]
     if !on_a_report_stack()
         && let Some(stack) = Stack::map()
     {
@@ -61,13 +71,23 @@ pub fn run<R>(f: impl FnOnce() -> R) -> R {
 /// The report stacks in use, by base address (0: free slot). Lock-free, as everything a signal
 /// handler or a fork child may meet. A stack that finds no free slot works unlisted (nested
 /// reports on it then map a stack each).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 static IN_USE: [core::sync::atomic::AtomicUsize; 16] =
     [const { core::sync::atomic::AtomicUsize::new(0) }; 16];
 
 /// Whether this thread runs on one of the report stacks (its stack pointer is inside one: a
 /// stack in use belongs to one thread).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 #[inline(never)]
 fn on_a_report_stack() -> bool {
     let marker = 0u8;
@@ -80,7 +100,12 @@ fn on_a_report_stack() -> bool {
 }
 
 /// One report stack: `STACK_BYTES` usable, above a guard page.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 struct Stack {
     base: core::ptr::NonNull<u8>,
     /// Its slot in `IN_USE`, if it found one.
@@ -90,11 +115,21 @@ struct Stack {
 /// Stacks mapped earlier and not in use (base address; 0: empty), kept for the next report or
 /// table search: a mapping and its first page faults cost more than the search they would
 /// serve. Taken and given back with one swap each, never locked.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 static SPARE: [core::sync::atomic::AtomicUsize; 8] =
     [const { core::sync::atomic::AtomicUsize::new(0) }; 8];
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 impl Stack {
     /// A spare stack, or a new one.
     fn map() -> Option<Stack> {
@@ -136,7 +171,12 @@ impl Stack {
     }
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 impl Drop for Stack {
     fn drop(&mut self) {
         use core::sync::atomic::Ordering;
@@ -157,7 +197,12 @@ impl Drop for Stack {
 }
 
 /// Calls the `&mut dyn FnMut()` behind `context`, on the new stack.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 extern "C" fn trampoline(context: *mut core::ffi::c_void) {
     // SAFETY: `run` passes a pointer to its live `&mut dyn FnMut()`, used by nobody else
     // during the call.
@@ -170,7 +215,12 @@ extern "C" fn trampoline(context: *mut core::ffi::c_void) {
 /// # Safety
 /// `top` must be the 16-byte-aligned end of a writable region, large enough for the call, that
 /// nothing else uses meanwhile; `context` must be what `trampoline` expects.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "x86",
+    target_arch = "arm"
+))]
 unsafe fn switch_and_call(top: usize, context: *mut core::ffi::c_void) {
     // One shape for the 64-bit architectures: keep the stack pointer in a callee-saved register
     // (which the trampoline returns intact), load the new one, call, restore. Every register
@@ -223,6 +273,20 @@ unsafe fn switch_and_call(top: usize, context: *mut core::ffi::c_void) {
             context = in(reg) context,
             tramp = sym trampoline,
             out("edi") _,
+            clobber_abi("C"),
+        );
+        // 32-bit arm: the argument in r0; `r5` keeps the stack pointer (callee-saved; `r6`,
+        // `r7` and `r11` are LLVM's own there). `bl` reaches the trampoline in either mode.
+        #[cfg(target_arch = "arm")]
+        core::arch::asm!(
+            "mov r5, sp",
+            "mov sp, {top}",
+            "bl {tramp}",
+            "mov sp, r5",
+            top = in(reg) top,
+            tramp = sym trampoline,
+            in("r0") context,
+            out("r5") _,
             clobber_abi("C"),
         );
     }

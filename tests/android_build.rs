@@ -24,6 +24,7 @@ const TARGETS: &[&str] = &[
     "x86_64-linux-android",
     "aarch64-linux-android",
     "i686-linux-android",
+    "armv7-linux-androideabi",
 ];
 const SKIPPED_STATUS: i32 = 3;
 
@@ -227,7 +228,7 @@ fn exports_exactly_the_debug_abi() {
             .map(|(_, name)| name)
             .collect();
         let mut expected = set(EXPORTS_64);
-        if target.starts_with("i686") {
+        if target.starts_with("i686") || target.starts_with("armv7") {
             expected.extend(set(EXPORTS_32_EXTRA));
         }
         let extra: Vec<_> = exported.difference(&expected).collect();
@@ -292,6 +293,8 @@ fn has_no_interpreter_and_right_machine() {
             "X86-64"
         } else if target.starts_with("i686") {
             "Intel 80386"
+        } else if target.starts_with("armv7") {
+            "Machine:                           ARM"
         } else {
             "AArch64"
         };
@@ -407,6 +410,9 @@ fn bp_list(body: &str, key: &str) -> Option<Vec<String>> {
 /// `[dependencies.NAME]` tables) and the `[lib]` table's `name` and `path`.
 struct CargoManifest {
     dependencies: BTreeSet<String>,
+    /// `[target.'cfg(not(target_arch = "arm"))'.dependencies]`: every architecture but 32-bit
+    /// arm.
+    not_arm_dependencies: BTreeSet<String>,
     lib_name: Option<String>,
     lib_path: Option<String>,
 }
@@ -415,6 +421,7 @@ fn read_cargo_toml() -> CargoManifest {
     let text = fs::read_to_string(manifest_dir().join("Cargo.toml")).expect("read Cargo.toml");
     let mut manifest = CargoManifest {
         dependencies: BTreeSet::new(),
+        not_arm_dependencies: BTreeSet::new(),
         lib_name: None,
         lib_path: None,
     };
@@ -451,6 +458,11 @@ fn read_cargo_toml() -> CargoManifest {
                     .trim()
                     .trim_matches('"');
                 manifest.dependencies.insert(name.to_string());
+            }
+            "target.'cfg(not(target_arch = \"arm\"))'.dependencies" => {
+                manifest
+                    .not_arm_dependencies
+                    .insert(key.split('.').next().unwrap_or(key).to_string());
             }
             "lib" if key == "name" => manifest.lib_name = Some(value),
             "lib" if key == "path" => manifest.lib_path = Some(value),
@@ -504,6 +516,24 @@ fn android_bp_matches_cargo_toml() {
         have, want,
         "Android.bp rustlibs must be the Cargo.toml [dependencies] (as lib<name>)"
     );
+    assert!(
+        !manifest.not_arm_dependencies.is_empty(),
+        "Cargo.toml's not-arm dependencies were not found"
+    );
+    for dep in &manifest.not_arm_dependencies {
+        let lib = format!("lib{}", dep.replace('-', "_"));
+        for arch in ["arm64", "x86", "x86_64"] {
+            let entry = format!("{arch}: {{ rustlibs: [\"{lib}\"] }}");
+            assert!(
+                module.contains(&entry),
+                "Android.bp's arch block lacks `{entry}` (Cargo.toml takes {dep} but on arm)"
+            );
+        }
+        assert!(
+            !module.contains(&format!("arm: {{ rustlibs: [\"{lib}\"")),
+            "{lib} on arm"
+        );
+    }
 
     assert_eq!(
         bp_list(&module, "apex_available"),

@@ -944,17 +944,17 @@ fn x86_64_exit_leak_report_with_backtraces_reaches_real_logd() {
 /// allocator (guard asks it for other sizes: 41), never one per table growth of ours.
 #[test]
 fn x86_64_successful_calls_keep_errno_under_real_bionic() {
-    successful_calls_keep_errno("x86_64-linux-android");
+    successful_calls_keep_errno("ANDROID_ROOTFS", "x86_64-linux-android");
 }
 
 #[test]
 fn i686_successful_calls_keep_errno_under_real_bionic() {
-    successful_calls_keep_errno(I686);
+    successful_calls_keep_errno("ANDROID_ROOTFS", I686);
 }
 
-fn successful_calls_keep_errno(target: &'static str) {
+fn successful_calls_keep_errno(var: &str, target: &'static str) {
     let _serial = serial();
-    let Some((root, lib)) = setup("ANDROID_ROOTFS", target) else {
+    let Some((root, lib)) = setup(var, target) else {
         return;
     };
     let clobbered = |run: &Run| -> usize {
@@ -1323,8 +1323,12 @@ const I686: &str = "i686-linux-android";
 
 #[test]
 fn i686_verbose_and_a_bad_option_under_real_bionic() {
+    verbose_and_a_bad_option("ANDROID_ROOTFS", I686);
+}
+
+fn verbose_and_a_bad_option(var: &str, target: &'static str) {
     let _serial = serial();
-    let Some((root, lib)) = setup("ANDROID_ROOTFS", I686) else {
+    let Some((root, lib)) = setup(var, target) else {
         return;
     };
     let run = run_in_root(&root, &lib, "verbose", &[]);
@@ -1340,10 +1344,14 @@ fn i686_verbose_and_a_bad_option_under_real_bionic() {
 
 #[test]
 fn i686_imports_exist_in_the_roots_bionic() {
-    let Some(root) = root("ANDROID_ROOTFS", I686) else {
+    imports_exist_for("ANDROID_ROOTFS", I686);
+}
+
+fn imports_exist_for(var: &str, target: &'static str) {
+    let Some(root) = root(var, target) else {
         return;
     };
-    let Some(lib) = android_lib(I686) else {
+    let Some(lib) = android_lib(target) else {
         return;
     };
     imports_exist(&root, &lib);
@@ -1377,4 +1385,55 @@ fn i686_reports_of_a_thread_with_a_small_stack_under_real_bionic() {
 #[test]
 fn i686_spares_are_like_fresh_blocks_under_real_bionic() {
     spares_are_like_fresh_blocks("ANDROID_ROOTFS", I686);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 32-bit arm (armeabi-v7a): the arm userspace of the ANDROID_ROOTFS_ARM64 root, under
+// qemu-arm-static. Captures go through bionic's own EHABI unwinder (src/backtrace/walk.rs).
+
+const ARMV7: &str = "armv7-linux-androideabi";
+
+#[test]
+fn armv7_verbose_and_a_bad_option_under_qemu() {
+    verbose_and_a_bad_option("ANDROID_ROOTFS_ARM64", ARMV7);
+}
+
+#[test]
+fn armv7_imports_exist_in_the_roots_bionic() {
+    imports_exist_for("ANDROID_ROOTFS_ARM64", ARMV7);
+}
+
+#[test]
+fn armv7_bugs_are_reported_under_qemu() {
+    bugs_are_reported("ANDROID_ROOTFS_ARM64", ARMV7);
+}
+
+#[test]
+fn armv7_exit_dump_under_qemu() {
+    exit_dump_is_written("ANDROID_ROOTFS_ARM64", ARMV7);
+}
+
+#[test]
+fn armv7_overflow_report_names_the_allocation_under_qemu() {
+    overflow_report_names_the_allocation("ANDROID_ROOTFS_ARM64", ARMV7);
+}
+
+#[test]
+fn armv7_record_file_written_in_the_handler_under_qemu() {
+    record_file_is_written_in_the_handler("ANDROID_ROOTFS_ARM64", ARMV7);
+}
+
+#[test]
+fn armv7_reports_of_a_thread_with_a_small_stack_under_qemu() {
+    small_stack_reports("ANDROID_ROOTFS_ARM64", ARMV7);
+}
+
+#[test]
+fn armv7_spares_are_like_fresh_blocks_under_qemu() {
+    spares_are_like_fresh_blocks("ANDROID_ROOTFS_ARM64", ARMV7);
+}
+
+#[test]
+fn armv7_successful_calls_keep_errno_under_qemu() {
+    successful_calls_keep_errno("ANDROID_ROOTFS_ARM64", ARMV7);
 }

@@ -59,6 +59,23 @@ __asm__(
     "  push %eax\n"
     "  call start_c\n"
     "  hlt\n");
+#elif defined(__arm__)
+/* AAPCS: the argument goes in r0. fp (r11; r7 in Thumb code) and lr are cleared so that a frame
+ * walk ends here. The instructions assemble the same in ARM and (unified syntax) Thumb-2 state;
+ * .thumb_func gives the entry point the Thumb bit when the file is built with -mthumb. */
+__asm__(
+    ".text\n"
+    ".globl _start\n"
+    ".type _start, %function\n"
+#if defined(__thumb__)
+    ".thumb_func\n"
+#endif
+    "_start:\n"
+    "  mov r11, #0\n"
+    "  mov r7, #0\n"
+    "  mov lr, #0\n"
+    "  mov r0, sp\n"
+    "  b start_c\n");
 #else
 #error "unsupported architecture"
 #endif

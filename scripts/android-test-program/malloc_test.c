@@ -119,6 +119,10 @@ static void park_handler(int sig, void* info, void* ucontext) {
 #if defined(__i386__)
   /* i386: after uc_flags, uc_link and uc_stack (20 bytes), gregs[REG_EIP] is index 14. */
   unsigned long pc = ((unsigned long*)((char*)ucontext + 20))[14];
+#elif defined(__arm__)
+  /* arm: after uc_flags, uc_link and uc_stack (20 bytes), the sigcontext's trap_no, error_code,
+   * oldmask and r0-r15: arm_pc is index 18. */
+  unsigned long pc = ((unsigned long*)((char*)ucontext + 20))[18];
 #else
   unsigned long pc = ((unsigned long*)((char*)ucontext + 40))[16];
 #endif

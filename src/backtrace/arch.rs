@@ -25,6 +25,9 @@ pub const CALL_ADJUST: usize = 2;
 /// not suspiciously low.
 #[inline]
 pub fn adjust_pc(ra: usize) -> usize {
+    // 32-bit arm: the low bit of a Thumb return address is the mode, not part of the address.
+    #[cfg(target_arch = "arm")]
+    let ra = ra & !1;
     if ra >= 4096 { ra - CALL_ADJUST } else { ra }
 }
 

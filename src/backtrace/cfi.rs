@@ -32,7 +32,7 @@ type Callback = unsafe extern "C" fn(*mut dl_phdr_info, usize, *mut c_void) -> c
 ///
 /// # Safety
 /// `cb` must treat `data` as the type the caller passes.
-unsafe fn iterate_modules(cb: Callback, data: *mut c_void) -> c_int {
+pub(super) unsafe fn iterate_modules(cb: Callback, data: *mut c_void) -> c_int {
     if quarantine::active() {
         return 0;
     }
@@ -54,7 +54,7 @@ const QUARANTINE_GENERATION: u32 = 0x8000_0000;
 ///
 /// # Safety
 /// `info` must come from `dl_iterate_phdr` and be used only inside the callback.
-unsafe fn phdrs(info: &dl_phdr_info) -> &[Phdr] {
+pub(super) unsafe fn phdrs(info: &dl_phdr_info) -> &[Phdr] {
     if info.dlpi_phdr.is_null() {
         return &[];
     }

@@ -29,6 +29,8 @@ mod cache;
     allow(dead_code, unused_imports)
 )]
 mod cfi;
+#[cfg(any(target_arch = "arm", test))]
+mod exidx;
 #[cfg_attr(
     not(any(target_arch = "x86_64", target_arch = "aarch64")),
     allow(dead_code)
@@ -45,7 +47,10 @@ pub(crate) mod quarantine;
     allow(dead_code)
 )]
 mod rule;
-#[cfg(all(target_arch = "aarch64", target_os = "android"))]
+#[cfg(all(
+    any(target_arch = "aarch64", target_arch = "arm"),
+    target_os = "android"
+))]
 mod stack;
 mod table;
 #[cfg_attr(
@@ -70,7 +75,7 @@ pub const MAX_FRAMES: usize = 256;
 
 /// Called once from `debug_initialize`: learns this library's code range (its frames are never
 /// recorded) and the modules loaded so far, registers the fork handlers of the loader
-/// quarantine (quarantine.rs) and, on aarch64 Android, learns the main thread's stack bounds.
+/// quarantine (quarantine.rs) and, on arm Android, learns the main thread's stack bounds.
 pub fn startup() {
     cfi::record_permanent_modules();
     quarantine::register();
@@ -80,6 +85,11 @@ pub fn startup() {
     }
     #[cfg(all(target_arch = "aarch64", target_os = "android"))]
     stack::init(arch::snapshot().sp);
+    #[cfg(all(target_arch = "arm", target_os = "android"))]
+    {
+        let here = 0u8;
+        stack::init(core::hint::black_box(&here) as *const u8 as usize);
+    }
 }
 
 /// Stack walks in flight outside an entered call (error reports' failure backtraces may run
@@ -157,7 +167,18 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> (usize, Option<MemoHit>) 
     let _ = origin;
     // Not a tail call: full_walk drops exactly two frames, its own and the capturing
     // function's; the library's frames above those are dropped as its own.
-    (core::hint::black_box(walk::full_walk(frames)), None)
+    (core::hint::black_box(other_walk(frames)), None)
+}
+
+/// The walk for what the cached one does not cover: the `unwinding` crate's, or 32-bit arm's
+/// EHABI walk (exidx.rs).
+#[inline(always)]
+fn other_walk(frames: &mut [usize]) -> usize {
+    #[cfg(target_arch = "arm")]
+    let n = exidx::walk(frames);
+    #[cfg(not(target_arch = "arm"))]
+    let n = walk::full_walk(frames);
+    n
 }
 
 /// The fast-path block (docs/spec/errors.md#fast-format): ERROR records, normally one (a block

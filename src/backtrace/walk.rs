@@ -27,7 +27,7 @@ pub static OWN_START: AtomicUsize = AtomicUsize::new(0);
 pub static OWN_END: AtomicUsize = AtomicUsize::new(0);
 
 /// Hard limit on frames stepped through (own frames included) per capture.
-const MAX_STEPS: usize = 1024;
+pub(super) const MAX_STEPS: usize = 1024;
 
 /// Collects adjusted pcs, skipping the library's own frames.
 pub struct Sink<'a> {
@@ -324,7 +324,9 @@ fn slow_lookup(ra: usize, generation: &mut u32) -> (Packed, bool) {
 
 /// The `unwinding` crate's full DWARF unwinder. Its first two reported frames are this
 /// function and the capturing function (which must call it directly and not be inlined): both
-/// are dropped, so the result starts where the cached walk's would.
+/// are dropped, so the result starts where the cached walk's would. (32-bit arm walks its
+/// EHABI tables instead: exidx.rs.)
+#[cfg(not(target_arch = "arm"))]
 #[inline(never)]
 pub fn full_walk(frames: &mut [usize]) -> usize {
     use unwinding::abi::{_Unwind_Backtrace, _Unwind_GetIP, UnwindContext, UnwindReasonCode};
