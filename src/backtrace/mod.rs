@@ -12,52 +12,28 @@
 //! src/symbolize/, a module of its own that knows nothing of capture) happens only when logging
 //! or dumping.
 
-// The cached walk (cache, cfi, memo, rule, walk's fast path) runs on x86_64 and aarch64; the
-// 32-bit targets capture through the `unwinding` crate's walk alone and leave it unused.
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    allow(dead_code)
-)]
-mod arch;
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    allow(dead_code)
-)]
-mod cache;
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    allow(dead_code, unused_imports)
-)]
-mod cfi;
+/// Declares the modules of the cached walk (and the `unwinding` fallback in `walk`). x86_64 and
+/// aarch64 use all of them; the 32-bit targets (i686: the `unwinding` crate's walk alone; arm:
+/// exidx.rs) use a few parts and compile the rest unused.
+macro_rules! cached_walk_modules {
+    ($($name:ident),*) => {$(
+        #[cfg_attr(
+            not(any(target_arch = "x86_64", target_arch = "aarch64")),
+            allow(dead_code, unused_imports)
+        )]
+        mod $name;
+    )*};
+}
+cached_walk_modules!(arch, cache, cfi, memo, note, rule, walk);
 #[cfg(any(target_arch = "arm", test))]
 mod exidx;
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    allow(dead_code)
-)]
-mod memo;
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    allow(dead_code)
-)]
-mod note;
 pub(crate) mod quarantine;
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    allow(dead_code)
-)]
-mod rule;
 #[cfg(all(
     any(target_arch = "aarch64", target_arch = "arm"),
     target_os = "android"
 ))]
 mod stack;
 mod table;
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    allow(dead_code, unused_imports)
-)]
-mod walk;
 
 #[cfg(test)]
 mod tests;
