@@ -187,7 +187,7 @@ pub fn is_permanent(pc: usize) -> bool {
 }
 
 /// The load base and program headers of the permanent module whose code contains `pc`.
-fn permanent_module(pc: usize) -> Option<(usize, &'static [Phdr])> {
+pub(super) fn permanent_module(pc: usize) -> Option<(usize, &'static [Phdr])> {
     let m = MODULES.get(permanent_range(pc)?[2].load(Ordering::Relaxed))?;
     let (base, phdr, phnum) = (
         m[0].load(Ordering::Relaxed),

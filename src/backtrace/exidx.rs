@@ -271,8 +271,32 @@ mod arm {
         }
     }
 
-    /// The module whose code contains `pc`, from the loader.
+    /// A module's segments and index, from its program headers.
+    fn module_from(base: u32, phdrs: &[libc::Elf32_Phdr]) -> Module {
+        let mut module = Module::default();
+        let mut loads = 0;
+        for ph in phdrs {
+            let lo = base.wrapping_add(ph.p_vaddr);
+            if ph.p_type == libc::PT_LOAD && loads < SEGMENTS {
+                module.segments[loads] = (lo, lo.wrapping_add(ph.p_memsz));
+                loads += 1;
+            } else if ph.p_type == PT_ARM_EXIDX {
+                module.index = Some(Index {
+                    exidx: lo,
+                    entries: ph.p_memsz / 8,
+                });
+            }
+        }
+        module
+    }
+
+    /// The module whose code contains `pc`: one recorded at start-up (never unloaded, so its
+    /// headers stay valid; no lock), else asked of the loader (its lock, briefly).
     fn module_of(pc: u32) -> Option<Module> {
+        if let Some((base, phdrs)) = crate::backtrace::cfi::permanent_module(pc as usize) {
+            let module = module_from(base as u32, phdrs);
+            return module.contains(pc).then_some(module);
+        }
         struct Search {
             pc: u32,
             found: Option<Module>,
@@ -285,22 +309,9 @@ mod arm {
             // SAFETY: `data` is the Search passed below; `info` is the loader's, valid here.
             let (search, info) = unsafe { (&mut *data.cast::<Search>(), &*info) };
             // SAFETY: inside the callback.
-            let phdrs = unsafe { crate::backtrace::cfi::phdrs(info) };
-            let base = info.dlpi_addr;
-            let mut module = Module::default();
-            let mut loads = 0;
-            for ph in phdrs {
-                let lo = base.wrapping_add(ph.p_vaddr);
-                if ph.p_type == libc::PT_LOAD && loads < SEGMENTS {
-                    module.segments[loads] = (lo, lo.wrapping_add(ph.p_memsz));
-                    loads += 1;
-                } else if ph.p_type == PT_ARM_EXIDX {
-                    module.index = Some(Index {
-                        exidx: lo,
-                        entries: ph.p_memsz / 8,
-                    });
-                }
-            }
+            let module = module_from(info.dlpi_addr, unsafe {
+                crate::backtrace::cfi::phdrs(info)
+            });
             if !module.contains(search.pc) {
                 return 0;
             }
