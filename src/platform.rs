@@ -73,7 +73,9 @@ pub fn thread_shard(shards: usize) -> usize {
         return 0;
     }
     let hashed = (thread_pointer() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (hashed >> 32) as usize % shards
+    // The hash's top 32 bits scaled to [0, shards) by a multiply: `%` by a count known only at
+    // run time was a division on every free_track free (half a percent of its samples).
+    (((hashed >> 32) * shards as u64) >> 32) as usize
 }
 
 /// Whether a `stat`'s mode has file type `kind` (`libc::S_IFREG`, ...). The casts are for 32-bit
@@ -608,5 +610,31 @@ mod tests {
         assert!(can_read_foreign());
         // SAFETY: the mapping made above, no longer used.
         unsafe { libc::munmap(unreadable as *mut libc::c_void, 4096) };
+    }
+
+    #[test]
+    fn threads_spread_over_every_shard_count() {
+        // Threads alive at once (a joined thread's control block is reused by the next).
+        let threads = 32;
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads));
+        for shards in [1, 2, 3, 7, 64] {
+            let handles: std::vec::Vec<_> = (0..threads)
+                .map(|_| {
+                    let barrier = barrier.clone();
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let shard = thread_shard(shards);
+                        barrier.wait();
+                        shard
+                    })
+                })
+                .collect();
+            let seen: std::vec::Vec<usize> =
+                handles.into_iter().map(|h| h.join().unwrap()).collect();
+            assert!(seen.iter().all(|&s| s < shards), "{shards}: {seen:?}");
+            if shards > 1 {
+                assert!(seen.iter().any(|&s| s != seen[0]), "{shards}: {seen:?}");
+            }
+        }
     }
 }
