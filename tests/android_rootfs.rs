@@ -662,7 +662,7 @@ fn exit_dump_is_written(var: &str, target: &'static str) {
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
     let options =
-        format!("backtrace=8 backtrace_dump_on_exit backtrace_dump_prefix={dir_in_root}/heap");
+        format!("backtrace=16 backtrace_dump_on_exit backtrace_dump_prefix={dir_in_root}/heap");
     let run = run_program_in_root(&root, &lib, &options, &[], &["bugs"]);
     assert!(run.output.status.success(), "{}", run.describe());
     let files: Vec<PathBuf> = fs::read_dir(&dir)
@@ -687,7 +687,7 @@ fn exit_dump_is_written(var: &str, target: &'static str) {
     assert_eq!(lines[1], "");
     assert!(lines[2].starts_with("Build fingerprint: '"), "{}", lines[2]);
     assert_eq!(lines[3], "");
-    assert!(lines[6] == "Backtrace size: 8", "{}", lines[6]);
+    assert!(lines[6] == "Backtrace size: 16", "{}", lines[6]);
     let records: Vec<&str> = lines[8..].to_vec();
     let declared: usize = lines[5]
         .strip_prefix("Allocation records: ")
@@ -699,6 +699,12 @@ fn exit_dump_is_written(var: &str, target: &'static str) {
     for r in &records {
         let f: Vec<&str> = r.split_whitespace().collect();
         assert_eq!((f[0], f[2], f[4], f[6]), ("z", "sz", "num", "bt"), "{r}");
+        // No call site here recurses: one return address twice in a row is a walk that did not
+        // climb (the arm walk did that through a function that saves no lr).
+        assert!(
+            f[7..].windows(2).all(|w| w[0] != w[1]),
+            "a frame repeated\n{r}"
+        );
         total += f[3].parse::<usize>().unwrap() * f[5].parse::<usize>().unwrap();
     }
     assert_eq!(lines[4], format!("Total memory: {total}"));

@@ -123,12 +123,20 @@ pub fn instructions(entry: u32, mem: &impl Memory, code: &mut [u8; MAX_CODE]) ->
     Some(n)
 }
 
+/// What a function's unwind instructions restored besides the stack pointer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub pc: bool,
+    pub lr: bool,
+}
+
 /// Runs unwind instructions on `regs` (the frame's registers; `regs[SP]` is where the virtual
-/// stack pointer starts). Returns whether the instructions set the pc; `None` when they refuse
-/// to unwind, use a spare encoding or read outside the stack.
-pub fn execute(code: &[u8], regs: &mut Regs, mem: &impl Memory) -> Option<bool> {
+/// stack pointer starts). Returns which of pc and lr they set; `None` when they refuse to
+/// unwind, use a spare encoding or read outside the stack.
+pub fn execute(code: &[u8], regs: &mut Regs, mem: &impl Memory) -> Option<Restored> {
     let mut vsp = regs[SP];
     let mut pc_set = false;
+    let mut lr_set = false;
     let mut sp_set = false;
     let mut bytes = code.iter().copied();
     let pop = |regs: &mut Regs, vsp: &mut u32, r: usize| -> Option<()> {
@@ -152,6 +160,7 @@ pub fn execute(code: &[u8], regs: &mut Regs, mem: &impl Memory) -> Option<bool> 
                     }
                 }
                 pc_set |= mask & (1 << (PC - 4)) != 0;
+                lr_set |= mask & (1 << (LR - 4)) != 0;
                 sp_set |= mask & (1 << (SP - 4)) != 0;
             }
             0x90..=0x9f if low != 13 && low != 15 => vsp = regs[low as usize],
@@ -161,6 +170,7 @@ pub fn execute(code: &[u8], regs: &mut Regs, mem: &impl Memory) -> Option<bool> 
                 }
                 if op & 0x08 != 0 {
                     pop(regs, &mut vsp, LR)?;
+                    lr_set = true;
                 }
             }
             0xb0 => break, // finish
@@ -207,17 +217,32 @@ pub fn execute(code: &[u8], regs: &mut Regs, mem: &impl Memory) -> Option<bool> 
     if !sp_set {
         regs[SP] = vsp;
     }
-    Some(pc_set)
+    Some(Restored {
+        pc: pc_set,
+        lr: lr_set,
+    })
 }
 
 /// Undoes one frame: `regs` (the frame's, `regs[PC]` inside its function) become the caller's,
 /// `regs[PC]` the return address (Thumb bit kept). `None` where the walk must stop.
-pub fn step(index: &Index, regs: &mut Regs, lookup_pc: u32, mem: &impl Memory) -> Option<()> {
+/// `innermost`: the frame is the walk's first, whose link register is still live; a function
+/// further up that restores neither pc nor lr would hand back the return address just used.
+pub fn step(
+    index: &Index,
+    regs: &mut Regs,
+    lookup_pc: u32,
+    innermost: bool,
+    mem: &impl Memory,
+) -> Option<()> {
     let entry = find_entry(index, lookup_pc, mem)?;
     let mut code = [0u8; MAX_CODE];
     let n = instructions(entry, mem, &mut code)?;
     let sp = regs[SP];
-    if !execute(&code[..n], regs, mem)? {
+    let restored = execute(&code[..n], regs, mem)?;
+    if !restored.pc {
+        if !restored.lr && !innermost {
+            return None;
+        }
         regs[PC] = regs[LR];
     }
     // The caller's frame is above this one; a walk that does not climb would loop.
@@ -359,6 +384,7 @@ mod arm {
         let stack = (lo as u32, hi as u32);
         let mut module = Module::default();
         let mut lookup = regs[PC] & !1;
+        let mut innermost = true;
         for _ in 0..MAX_STEPS {
             if !module.contains(lookup) {
                 match module_of(lookup) {
@@ -371,9 +397,10 @@ mod arm {
                 stack,
                 module: &module,
             };
-            if step(&index, &mut regs, lookup, &loads).is_none() {
+            if step(&index, &mut regs, lookup, innermost, &loads).is_none() {
                 break;
             }
+            innermost = false;
             let ra = regs[PC];
             if ra & !1 == 0 || !sink.push(ra as usize) {
                 break;
@@ -485,8 +512,14 @@ mod tests {
         }
         let mut regs: Regs = [0; 16];
         regs[SP] = sp;
-        let pc_set = execute(&[0x01, 0xab, 0xb0], &mut regs, &mem).unwrap();
-        assert!(!pc_set);
+        let restored = execute(&[0x01, 0xab, 0xb0], &mut regs, &mem).unwrap();
+        assert_eq!(
+            restored,
+            Restored {
+                pc: false,
+                lr: true
+            }
+        );
         assert_eq!(&regs[4..8], &[0x44, 0x55, 0x66, 0x77]);
         assert_eq!(regs[LR], 0x1235);
         assert_eq!(regs[SP], sp + 28);
@@ -504,7 +537,13 @@ mod tests {
         regs[SP] = 0x7000;
         regs[7] = r7;
         let code = [0x97, 0x88, 0x09];
-        assert_eq!(execute(&code, &mut regs, &mem), Some(true));
+        assert_eq!(
+            execute(&code, &mut regs, &mem),
+            Some(Restored {
+                pc: true,
+                lr: false
+            })
+        );
         assert_eq!(regs[4], 0x4444);
         assert_eq!(regs[7], 0x7777);
         assert_eq!(regs[PC], 0x2001);
@@ -552,7 +591,7 @@ mod tests {
         let mut regs: Regs = [0; 16];
         regs[SP] = sp;
         regs[PC] = 0x8010;
-        assert_eq!(step(&idx, &mut regs, 0x8010, &mem), Some(()));
+        assert_eq!(step(&idx, &mut regs, 0x8010, false, &mem), Some(()));
         assert_eq!(regs[PC], 0x9001, "lr becomes the pc");
         assert_eq!(regs[SP], sp + 8);
         // A function whose instructions leave sp and pc where they were: stop.
@@ -561,6 +600,25 @@ mod tests {
         let mut regs: Regs = [0; 16];
         regs[SP] = sp;
         regs[LR] = 0x8011;
-        assert_eq!(step(&idx, &mut regs, 0x8010, &mem), None);
+        assert_eq!(step(&idx, &mut regs, 0x8010, true, &mem), None);
+    }
+
+    #[test]
+    fn only_the_innermost_frame_may_return_through_a_live_lr() {
+        // `vsp += 8; finish`: nothing saved, as in a leaf function.
+        let mut mem = Words::default();
+        let idx = index(&mut mem, &[(0x8000, 0x8001_b0b0)]);
+        let fresh = || {
+            let mut regs: Regs = [0; 16];
+            regs[SP] = 0x7000;
+            regs[LR] = 0x9001;
+            regs
+        };
+        let mut regs = fresh();
+        assert_eq!(step(&idx, &mut regs, 0x8010, true, &mem), Some(()));
+        assert_eq!(regs[PC], 0x9001);
+        // Further up, lr holds the return address already used: the walk would repeat it.
+        let mut regs = fresh();
+        assert_eq!(step(&idx, &mut regs, 0x8010, false, &mem), None);
     }
 }
