@@ -21,23 +21,36 @@ const E_PHOFF: usize = 28;
 #[cfg(target_pointer_width = "32")]
 const E_PHNUM: usize = 44;
 
-/// Copies `out.len()` bytes from our own address `addr` into `out`; false if any is unmapped.
-pub fn read_memory(addr: usize, out: &mut [u8]) -> bool {
-    if out.is_empty() {
+/// Copies `out.len()` bytes of map `e` at `addr` (inside it, checked by the caller) into `out`;
+/// false if they cannot be read. Through `process_vm_readv`, which answers EFAULT for memory
+/// unmapped meanwhile. Where that system call does not exist or is refused (qemu's user mode,
+/// sandboxes), the bytes are read directly, as the reference always reads them: they lie in a
+/// readable map of this report's own /proc/self/maps read. Without that fallback every rel pc
+/// there lost its load bias and named a wrong function.
+fn read_memory(e: &MapLine, addr: usize, out: &mut [u8]) -> bool {
+    if crate::platform::read_foreign(addr, out) {
         return true;
     }
-    let local = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: out.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: out.len(),
-    };
-    // SAFETY: the kernel copies from our own address space and reports EFAULT instead of
-    // faulting; `local` is a live buffer of its length.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n >= 0 && n as usize == out.len()
+    if foreign_reads_work() || e.flags & PROT_READ == 0 {
+        return false;
+    }
+    // SAFETY: [addr, addr + len) lies inside `e` (the caller checked), a readable mapping.
+    unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
+    true
+}
+
+/// Whether `process_vm_readv` works in this process (asked once).
+fn foreign_reads_work() -> bool {
+    use core::sync::atomic::{AtomicU8, Ordering};
+    static WORKS: AtomicU8 = AtomicU8::new(0);
+    match WORKS.load(Ordering::Relaxed) {
+        0 => {
+            let works = crate::platform::can_read_foreign();
+            WORKS.store(if works { 1 } else { 2 }, Ordering::Relaxed);
+            works
+        }
+        known => known == 1,
+    }
 }
 
 /// Reads a value from inside map `e`, with the reference's bounds and alignment checks.
@@ -49,7 +62,7 @@ fn get<T: Copy + Default>(e: &MapLine, addr: usize) -> Option<T> {
     let mut v = T::default();
     // SAFETY: T is a plain integer type: any bytes are a valid value.
     let bytes = unsafe { core::slice::from_raw_parts_mut((&mut v as *mut T).cast::<u8>(), size) };
-    read_memory(addr, bytes).then_some(v)
+    read_memory(e, addr, bytes).then_some(v)
 }
 
 /// What the ELF header at a map's start says: (is an ELF start, load bias = p_vaddr − p_offset
@@ -65,7 +78,7 @@ pub fn elf_start(e: &MapLine) -> ElfStart {
         return ElfStart::default();
     }
     let mut magic = [0u8; 4];
-    if !read_memory(e.start, &mut magic) || &magic != b"\x7fELF" {
+    if !read_memory(e, e.start, &mut magic) || &magic != b"\x7fELF" {
         return ElfStart::default();
     }
     let s = e.start;
