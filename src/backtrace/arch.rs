@@ -39,6 +39,14 @@ mod regs {
     pub const RA: Register = gimli::X86_64::RA;
 }
 
+#[cfg(target_arch = "x86")]
+mod regs {
+    use gimli::Register;
+    pub const SP: Register = gimli::X86::ESP;
+    pub const FP: Register = gimli::X86::EBP;
+    pub const RA: Register = gimli::X86::RA;
+}
+
 #[cfg(target_arch = "aarch64")]
 mod regs {
     use gimli::Register;
@@ -48,7 +56,7 @@ mod regs {
     pub const RA_SIGN_STATE: Register = gimli::AArch64::RA_SIGN_STATE;
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 pub use regs::*;
 
 /// Reads the stack pointer, the frame pointer and an address inside the calling function, all
@@ -74,6 +82,31 @@ pub fn snapshot() -> Regs {
         );
     }
     // `lea r, [rip]` yields the address of the next instruction; one byte back is the `lea`.
+    Regs { ra: pc, sp, fp }
+}
+
+/// i386 has no pc-relative `lea`: a call to the next instruction pushes its address, which is
+/// popped at once (the stack pointer read after that is the function's own).
+#[cfg(target_arch = "x86")]
+#[inline(always)]
+pub fn snapshot() -> Regs {
+    let pc: usize;
+    let sp: usize;
+    let fp: usize;
+    // SAFETY: pushes one word and pops it again; otherwise only reads registers.
+    unsafe {
+        core::arch::asm!(
+            "call 2f",
+            "2: pop {pc}",
+            "mov {sp}, esp",
+            "mov {fp}, ebp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            fp = out(reg) fp,
+            options(preserves_flags),
+        );
+    }
+    // The popped address follows the 5-byte call: `ra - 1` is the call's last byte.
     Regs { ra: pc, sp, fp }
 }
 

@@ -409,7 +409,7 @@ unsafe fn rule_from_tables(
 }
 
 /// Reduces a CFI row to the registers the cached walk tracks.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 fn translate(row: &gimli::UnwindTableRow<usize, Storage>) -> Entry {
     use super::arch::{FP, RA, SP};
     use gimli::{CfaRule, RegisterRule};
@@ -463,7 +463,7 @@ fn translate(row: &gimli::UnwindTableRow<usize, Storage>) -> Entry {
     })
 }
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86")))]
 fn translate(_row: &gimli::UnwindTableRow<usize, Storage>) -> Entry {
     Entry::Unsupported
 }

@@ -12,13 +12,13 @@
 //! src/symbolize/, a module of its own that knows nothing of capture) happens only when logging
 //! or dumping.
 
-/// Declares the modules of the cached walk (and the `unwinding` fallback in `walk`). x86_64 and
-/// aarch64 use all of them; the 32-bit targets (i686: the `unwinding` crate's walk alone; arm:
-/// exidx.rs) use a few parts and compile the rest unused.
+/// Declares the modules of the cached walk (and the `unwinding` fallback in `walk`). x86_64,
+/// aarch64 and i686 use all of them; 32-bit arm, which walks its EHABI tables (exidx.rs), uses
+/// a few parts and compiles the rest unused.
 macro_rules! cached_walk_modules {
     ($($name:ident),*) => {$(
         #[cfg_attr(
-            not(any(target_arch = "x86_64", target_arch = "aarch64")),
+            not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86")),
             allow(dead_code, unused_imports)
         )]
         mod $name;
@@ -84,7 +84,7 @@ pub static CAPTURES: crate::sync::Gate = crate::sync::Gate::new();
 /// is still running on the same thread (its frame, and so the snapshot's stack slots, live on).
 #[derive(Clone, Copy)]
 pub struct Origin {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
     regs: arch::Regs,
 }
 
@@ -92,7 +92,7 @@ impl Origin {
     #[inline(always)]
     pub fn here() -> Origin {
         Origin {
-            #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+            #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
             regs: arch::snapshot(),
         }
     }
@@ -126,7 +126,7 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> (usize, Option<MemoHit>) 
     if frames.is_empty() {
         return (0, None);
     }
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
     {
         let regs = origin.regs;
         #[cfg(all(target_arch = "aarch64", target_os = "android"))]
@@ -139,7 +139,7 @@ fn capture_at(frames: &mut [usize], origin: Origin) -> (usize, Option<MemoHit>) 
             walk::Walk::Unsupported => {}
         }
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86")))]
     let _ = origin;
     // Not a tail call: full_walk drops exactly two frames, its own and the capturing
     // function's; the library's frames above those are dropped as its own.

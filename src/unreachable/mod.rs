@@ -177,6 +177,29 @@ fn spill_registers(out: &mut [usize; 16]) {
             o = in(reg) out.as_mut_ptr(), options(nostack, preserves_flags)
         );
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(target_arch = "x86")]
+    // SAFETY: stores four registers into the caller's array; no other effect.
+    unsafe {
+        core::arch::asm!(
+            "mov [{o}], ebx", "mov [{o} + 4], ebp", "mov [{o} + 8], esi", "mov [{o} + 12], edi",
+            o = in(reg) out.as_mut_ptr(), options(nostack, preserves_flags)
+        );
+    }
+    #[cfg(target_arch = "arm")]
+    // SAFETY: stores eight registers into the caller's array; no other effect.
+    unsafe {
+        core::arch::asm!(
+            "str r4, [{o}]", "str r5, [{o}, #4]", "str r6, [{o}, #8]", "str r7, [{o}, #12]",
+            "str r8, [{o}, #16]", "str r9, [{o}, #20]", "str r10, [{o}, #24]",
+            "str r11, [{o}, #28]",
+            o = in(reg) out.as_mut_ptr(), options(nostack, preserves_flags)
+        );
+    }
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "x86",
+        target_arch = "arm"
+    )))]
     let _ = out;
 }
