@@ -520,10 +520,22 @@ pub fn read_foreign_records<const N: usize>(
 }
 
 /// Whether `read_foreign` works in this process (a seccomp filter may refuse
-/// `process_vm_readv`).
+/// `process_vm_readv`, qemu's user mode lacks it). Probed once.
 pub fn can_read_foreign() -> bool {
-    let probe = 0x5eed_u32;
-    read_foreign_u32(&probe as *const u32 as usize) == Some(probe)
+    use core::sync::atomic::{AtomicU8, Ordering};
+    const UNKNOWN: u8 = 0;
+    const WORKS: u8 = 1;
+    const REFUSED: u8 = 2;
+    static ANSWER: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match ANSWER.load(Ordering::Relaxed) {
+        UNKNOWN => {
+            let probe = 0x5eed_u32;
+            let works = read_foreign_u32(&probe as *const u32 as usize) == Some(probe);
+            ANSWER.store(if works { WORKS } else { REFUSED }, Ordering::Relaxed);
+            works
+        }
+        known => known == WORKS,
+    }
 }
 
 /// Reads 4 bytes at an address that may not be mapped, without faulting.

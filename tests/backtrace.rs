@@ -141,8 +141,6 @@ fn malloc_backtrace_returns_the_allocation_frames() {
 #[test]
 fn dump_heap_writes_records_and_bt_info_under_backtrace_full() {
     let dir = scratch_dir("bt-abi");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("heap.txt");
     let path_str = path.to_str().unwrap();
     let (lines, log) = run_with("dump", "backtrace=8 backtrace_full", &[path_str]);

@@ -21,7 +21,6 @@ fn a_thread_cancelled_during_reports_leaves_the_library_working() {
         for round in 0..3 {
             // Files, not pipes: the reports fill a pipe nobody reads until the end.
             let dir = scratch_dir("cancel");
-            std::fs::create_dir_all(&dir).unwrap();
             let log = dir.join(format!("{}-{round}.err", options.replace(' ', "_")));
             let mut child = front_command(&program, &[], Some(options), &[])
                 .stdout(Stdio::piped())

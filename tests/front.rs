@@ -425,7 +425,6 @@ fn stderr_reuse() -> PathBuf {
 /// what that file holds.
 fn run_stderr_reuse(args: &[&str], name: &str) -> (Output, String) {
     let dir = scratch_dir(&format!("stderr-{name}"));
-    std::fs::create_dir_all(&dir).unwrap();
     let stderr_file = dir.join("stderr.txt");
     let mut cmd = front_command(stderr_reuse(), args, Some("leak_track"), &[]);
     cmd.stderr(std::fs::File::create(&stderr_file).unwrap());
@@ -440,7 +439,6 @@ fn run_stderr_reuse(args: &[&str], name: &str) -> (Output, String) {
 #[test]
 fn the_log_never_goes_into_a_file_that_took_descriptor_2() {
     let dir = scratch_dir("stderr-data");
-    std::fs::create_dir_all(&dir).unwrap();
     let data = dir.join("data.txt");
     let (out, log) = run_stderr_reuse(&["reuse", data.to_str().unwrap()], "reuse");
     assert_exit_code(&out, 0);
@@ -484,7 +482,6 @@ fn the_exit_report_reaches_a_stderr_the_program_closed() {
 fn a_fifo_without_reader_does_not_hold_up_the_exit_report() {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = scratch_dir("fifo");
-    std::fs::create_dir_all(&dir).unwrap();
     let fifo = dir.join("stderr.fifo");
     let _ = std::fs::remove_file(&fifo);
     let status = Command::new("mkfifo")
@@ -545,7 +542,6 @@ fn files_the_library_writes_stay_above_the_standard_descriptors() {
         return;
     }
     let dir = scratch_dir("stdio");
-    std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("trace.txt");
     let options = format!(
         "LIBC_DEBUG_MALLOC_OPTIONS=backtrace leak_track backtrace_dump_on_exit \

@@ -31,26 +31,12 @@ fn read_memory(e: &MapLine, addr: usize, out: &mut [u8]) -> bool {
     if crate::platform::read_foreign(addr, out) {
         return true;
     }
-    if foreign_reads_work() || e.flags & PROT_READ == 0 {
+    if crate::platform::can_read_foreign() || e.flags & PROT_READ == 0 {
         return false;
     }
     // SAFETY: [addr, addr + len) lies inside `e` (the caller checked), a readable mapping.
     unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
     true
-}
-
-/// Whether `process_vm_readv` works in this process (asked once).
-fn foreign_reads_work() -> bool {
-    use core::sync::atomic::{AtomicU8, Ordering};
-    static WORKS: AtomicU8 = AtomicU8::new(0);
-    match WORKS.load(Ordering::Relaxed) {
-        0 => {
-            let works = crate::platform::can_read_foreign();
-            WORKS.store(if works { 1 } else { 2 }, Ordering::Relaxed);
-            works
-        }
-        known => known == 1,
-    }
 }
 
 /// Reads a value from inside map `e`, with the reference's bounds and alignment checks.
